@@ -1,0 +1,20 @@
+//! Compiles `proto/` with protox (pure Rust, no protoc on the machine) and writes the encoded
+//! descriptor set for server reflection.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/chargeguard/v1/payments.proto"];
+    for proto in &protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let file_descriptors = protox::compile(protos, ["proto"])?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let descriptor_bytes = prost::Message::encode_to_vec(&file_descriptors);
+    std::fs::write(out_dir.join("chargeguard_descriptor.bin"), descriptor_bytes)?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(file_descriptors)?;
+    Ok(())
+}
