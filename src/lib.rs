@@ -1,0 +1,16 @@
+//! chargeguard: a payment side-effect orchestrator. Consumers call it before charging; it keeps
+//! a durable record of intent, derives the provider idempotency key from the business operation,
+//! and owns the recovery of every attempt whose outcome is unknown. See ARCHITECTURE.md.
+
+pub mod clock;
+pub mod config;
+pub mod domain;
+pub mod failpoints;
+pub mod grpc;
+pub mod http;
+pub mod orchestrator;
+pub mod provider;
+pub mod secret;
+pub mod startup;
+pub mod store;
+pub mod telemetry;

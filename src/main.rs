@@ -1,1 +1,144 @@
-fn main() {}
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use chargeguard::clock::SystemClock;
+use chargeguard::config::Config;
+use chargeguard::startup::Application;
+use chargeguard::telemetry::{self, LogFormat};
+
+/// chargeguard: at most one charge per business operation.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// TOML configuration file; `CHARGEGUARD_…` variables override it.
+    #[arg(long, global = true, env = "CHARGEGUARD_CONFIG")]
+    config: Option<PathBuf>,
+    #[arg(long, global = true, value_enum, default_value = "text", env = "CHARGEGUARD_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the gRPC and HTTP servers.
+    Serve(ServeArgs),
+    /// Applies database migrations and exits.
+    Migrate,
+    /// Prints the SHA-256 of a bearer token, as `consumers[].token_sha256` wants it.
+    HashToken {
+        /// Read from standard input when omitted, so the token stays out of shell history.
+        token: Option<String>,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[arg(long)]
+    grpc_listen: Option<std::net::SocketAddr>,
+    #[arg(long)]
+    http_listen: Option<std::net::SocketAddr>,
+    /// Do not apply migrations at start.
+    #[arg(long)]
+    no_migrate: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // Reads FAILPOINTS from the environment (crash-point tests); a no-op in normal builds.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
+    telemetry::init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve(args) => {
+            let mut config = Config::load(cli.config.as_deref())?;
+            if let Some(addr) = args.grpc_listen {
+                config.server.grpc_listen = addr;
+            }
+            if let Some(addr) = args.http_listen {
+                config.server.http_listen = addr;
+            }
+            if args.no_migrate {
+                config.database.migrate_on_start = false;
+            }
+            let app = Application::build(config, Arc::new(SystemClock)).await?;
+            let shutdown = app.shutdown_token();
+            tokio::spawn(async move {
+                wait_for_signal().await;
+                tracing::info!("shutdown requested; finishing in-flight calls");
+                shutdown.cancel();
+            });
+            app.run().await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Migrate => {
+            let config = Config::load(cli.config.as_deref())?;
+            let url = config.database.url.context("database.url is not set")?;
+            let store = chargeguard::store::PostgresStore::connect_lazy(
+                url.expose(),
+                &chargeguard::store::postgres::PostgresPoolOptions {
+                    connections_max: 1,
+                    acquire_timeout: std::time::Duration::from_millis(config.database.acquire_timeout_ms),
+                    statement_timeout: std::time::Duration::from_secs(600),
+                },
+            )?;
+            store.migrate().await?;
+            println!("migrations applied");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::HashToken { token } => {
+            let token = match token {
+                Some(token) => token,
+                None => {
+                    let mut line = String::new();
+                    std::io::stdin().read_line(&mut line)?;
+                    line.trim().to_owned()
+                }
+            };
+            anyhow::ensure!(!token.is_empty(), "empty token");
+            println!("{}", chargeguard::grpc::hash_token(&token));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

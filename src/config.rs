@@ -1,0 +1,254 @@
+//! Configuration: defaults, then a TOML file, then `CHARGEGUARD_…` environment variables
+//! (`__` separates sections: `CHARGEGUARD_DATABASE__URL`), then command-line flags. Every
+//! option has a default and a bound, and `validate` checks them together at start.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::KeyWindow;
+use crate::orchestrator::OrchestratorSettings;
+use crate::secret::Secret;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub provider: ProviderConfig,
+    pub charge: ChargeConfig,
+    /// Callers and their bearer tokens (stored as SHA-256 hex, never in clear).
+    pub consumers: Vec<ConsumerConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub grpc_listen: SocketAddr,
+    pub http_listen: SocketAddr,
+    /// Upper bound on one gRPC request, end to end.
+    pub request_timeout_ms: u64,
+    pub concurrent_requests_max: usize,
+    /// How long shutdown waits for in-flight calls.
+    pub shutdown_grace_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `postgres://…`. Secret-bearing: never logged.
+    #[serde(skip_serializing)]
+    pub url: Option<Secret>,
+    pub connections_max: u32,
+    pub acquire_timeout_ms: u64,
+    pub statement_timeout_ms: u64,
+    pub migrate_on_start: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProviderConfig {
+    /// Stripe secret key. Never logged or returned.
+    #[serde(skip_serializing)]
+    pub api_key: Option<Secret>,
+    /// Base URL of a Stripe-compatible API (the simulator); unset means Stripe itself.
+    pub base_url: Option<String>,
+    pub call_timeout_ms: u64,
+    pub lookup_pages_max: u32,
+    pub return_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChargeConfig {
+    pub amount_minor_max: i64,
+    pub lease_ms: u64,
+    pub concurrent_wait_ms: u64,
+    /// Re-sends of a key stop this long after its first use (Stripe keeps keys 24 hours).
+    pub key_window_safe_minutes: u64,
+    pub recovery_grace_ms: u64,
+    pub recheck_backoff_base_ms: u64,
+    pub recheck_backoff_max_ms: u64,
+    pub requires_action_age_max_minutes: u64,
+    pub lookup_slack_minutes: u64,
+    pub list_page_size_default: u32,
+    pub list_page_size_max: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerConfig {
+    pub name: String,
+    /// Lowercase hex SHA-256 of the bearer token (`chargeguard hash-token` prints it).
+    pub token_sha256: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig::default(),
+            database: DatabaseConfig::default(),
+            provider: ProviderConfig::default(),
+            charge: ChargeConfig::default(),
+            consumers: Vec::new(),
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            grpc_listen: "127.0.0.1:50051".parse().expect("literal address"),
+            http_listen: "127.0.0.1:8080".parse().expect("literal address"),
+            request_timeout_ms: 30_000,
+            concurrent_requests_max: 1024,
+            shutdown_grace_ms: 20_000,
+        }
+    }
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            connections_max: 16,
+            acquire_timeout_ms: 5_000,
+            statement_timeout_ms: 5_000,
+            migrate_on_start: true,
+        }
+    }
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        Self {
+            api_key: None,
+            base_url: None,
+            call_timeout_ms: 10_000,
+            lookup_pages_max: 50,
+            return_url: None,
+        }
+    }
+}
+
+impl Default for ChargeConfig {
+    fn default() -> Self {
+        Self {
+            amount_minor_max: 99_999_999,
+            lease_ms: 30_000,
+            concurrent_wait_ms: 5_000,
+            key_window_safe_minutes: 23 * 60,
+            recovery_grace_ms: 60_000,
+            recheck_backoff_base_ms: 30_000,
+            recheck_backoff_max_ms: 3_600_000,
+            requires_action_age_max_minutes: 24 * 60,
+            lookup_slack_minutes: 10,
+            list_page_size_default: 50,
+            list_page_size_max: 500,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration: {0}")]
+    Load(String),
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+impl Config {
+    /// Defaults, then the TOML file (if given), then `CHARGEGUARD_…` variables.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(file) = file {
+            if !file.exists() {
+                return Err(ConfigError::Load(format!("{} does not exist", file.display())));
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        figment = figment.merge(Env::prefixed("CHARGEGUARD_").split("__"));
+        figment.extract().map_err(|error| ConfigError::Load(error.to_string()))
+    }
+
+    /// Checks every bound and every relation between options; lists all problems at once.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut check = |ok: bool, problem: &str| {
+            if !ok {
+                problems.push(problem.to_owned());
+            }
+        };
+        let charge = &self.charge;
+        let provider = &self.provider;
+        check((1..=1_000).contains(&self.database.connections_max), "database.connections_max must be 1-1000");
+        check((100..=600_000).contains(&self.database.statement_timeout_ms), "database.statement_timeout_ms must be 100-600000");
+        check((100..=600_000).contains(&self.database.acquire_timeout_ms), "database.acquire_timeout_ms must be 100-600000");
+        check((100..=300_000).contains(&provider.call_timeout_ms), "provider.call_timeout_ms must be 100-300000");
+        check((1..=1_000).contains(&provider.lookup_pages_max), "provider.lookup_pages_max must be 1-1000");
+        check((1..=10_000_000_000).contains(&charge.amount_minor_max), "charge.amount_minor_max must be 1-10000000000");
+        check(charge.lease_ms > provider.call_timeout_ms * 2, "charge.lease_ms must exceed twice provider.call_timeout_ms (a lookup makes several calls)");
+        check(charge.lease_ms <= 3_600_000, "charge.lease_ms must be at most one hour");
+        check(charge.concurrent_wait_ms <= 60_000, "charge.concurrent_wait_ms must be at most 60000");
+        check(charge.recovery_grace_ms >= charge.lease_ms, "charge.recovery_grace_ms must be at least charge.lease_ms, so recovery never races a live call");
+        check((60..24 * 60).contains(&charge.key_window_safe_minutes), "charge.key_window_safe_minutes must be 60-1439: Stripe forgets keys after 24 hours");
+        check(charge.recheck_backoff_base_ms >= 100, "charge.recheck_backoff_base_ms must be at least 100");
+        check(charge.recheck_backoff_max_ms >= charge.recheck_backoff_base_ms, "charge.recheck_backoff_max_ms must be at least the base");
+        check(charge.requires_action_age_max_minutes >= 5, "charge.requires_action_age_max_minutes must be at least 5");
+        check(charge.lookup_slack_minutes <= 24 * 60, "charge.lookup_slack_minutes must be at most 1440");
+        check((1..=10_000).contains(&charge.list_page_size_max), "charge.list_page_size_max must be 1-10000");
+        check((1..=charge.list_page_size_max).contains(&charge.list_page_size_default), "charge.list_page_size_default must be 1..list_page_size_max");
+        check(self.server.request_timeout_ms >= 1_000, "server.request_timeout_ms must be at least 1000");
+        check(self.server.concurrent_requests_max >= 1, "server.concurrent_requests_max must be at least 1");
+        for consumer in &self.consumers {
+            check(crate::domain::ConsumerName::parse(&consumer.name).is_ok(), &format!("consumers: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", consumer.name));
+            let hash_ok = consumer.token_sha256.len() == 64
+                && consumer.token_sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
+            check(hash_ok, &format!("consumers: token_sha256 of {:?} must be 64 lowercase hex digits", consumer.name));
+        }
+        if problems.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(problems)) }
+    }
+
+    pub fn orchestrator_settings(&self) -> OrchestratorSettings {
+        let charge = &self.charge;
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        OrchestratorSettings {
+            amount_minor_max: charge.amount_minor_max,
+            lease_duration: Duration::from_millis(charge.lease_ms),
+            concurrent_wait_max: Duration::from_millis(charge.concurrent_wait_ms),
+            key_window: KeyWindow::new(chrono::Duration::minutes(charge.key_window_safe_minutes as i64))
+                .expect("validated: inside the provider's retention"),
+            recovery_grace: Duration::from_millis(charge.recovery_grace_ms),
+            recheck_backoff_base: Duration::from_millis(charge.recheck_backoff_base_ms),
+            recheck_backoff_max: Duration::from_millis(charge.recheck_backoff_max_ms),
+            requires_action_age_max: minutes(charge.requires_action_age_max_minutes),
+            lookup_slack: minutes(charge.lookup_slack_minutes),
+            list_page_size_default: charge.list_page_size_default,
+            list_page_size_max: charge.list_page_size_max,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn lists_every_problem() {
+        let mut config = Config::default();
+        config.charge.key_window_safe_minutes = 24 * 60;
+        config.charge.lease_ms = 1;
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        assert!(problems.iter().any(|p| p.contains("key_window_safe_minutes")));
+        assert!(problems.iter().any(|p| p.contains("lease_ms")));
+    }
+}

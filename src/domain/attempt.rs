@@ -1,0 +1,220 @@
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{ChargeParams, ConsumerName, Fingerprint, IdempotencyKey, OperationKey};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AttemptId(Uuid);
+
+impl AttemptId {
+    pub fn from_uuid(id: Uuid) -> Self {
+        Self(id)
+    }
+    pub fn as_uuid(self) -> Uuid {
+        self.0
+    }
+}
+
+impl std::fmt::Display for AttemptId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptKind {
+    Charge,
+}
+
+impl AttemptKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptKind::Charge => "charge",
+        }
+    }
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "charge" => Some(AttemptKind::Charge),
+            _ => None,
+        }
+    }
+}
+
+/// The attempt lifecycle of SEMANTICS.md. States only move forward: pending, then
+/// requires_action, then a terminal state; a terminal state never changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttemptStatus {
+    Pending,
+    RequiresAction,
+    Succeeded,
+    Failed,
+}
+
+impl AttemptStatus {
+    pub const ALL: [AttemptStatus; 4] = [
+        AttemptStatus::Pending,
+        AttemptStatus::RequiresAction,
+        AttemptStatus::Succeeded,
+        AttemptStatus::Failed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptStatus::Pending => "pending",
+            AttemptStatus::RequiresAction => "requires_action",
+            AttemptStatus::Succeeded => "succeeded",
+            AttemptStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == value)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        match self {
+            AttemptStatus::Succeeded | AttemptStatus::Failed => true,
+            AttemptStatus::Pending | AttemptStatus::RequiresAction => false,
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            AttemptStatus::Pending => 0,
+            AttemptStatus::RequiresAction => 1,
+            AttemptStatus::Succeeded | AttemptStatus::Failed => 2,
+        }
+    }
+
+    /// Whether a row in `self` may be moved to `next`. Staying put is not a move.
+    pub fn can_move_to(self, next: AttemptStatus) -> bool {
+        next.rank() > self.rank()
+    }
+
+    /// The states a row may be in for a move to `self` to be allowed; used as the guard of the
+    /// conditional update, so the database enforces monotonicity even against racing writers.
+    pub fn allowed_sources(self) -> Vec<AttemptStatus> {
+        Self::ALL.into_iter().filter(|source| source.can_move_to(self)).collect()
+    }
+}
+
+/// Why an attempt failed, in the provider's words (`card_declined`) or ours (`expired`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: String,
+    pub message: String,
+}
+
+impl Failure {
+    /// The key window passed and the provider confirmed that nothing was charged.
+    pub fn expired() -> Self {
+        Self {
+            code: "expired".to_owned(),
+            message: "the provider has no payment for this attempt and its idempotency key \
+                      may have expired; nothing was charged"
+                .to_owned(),
+        }
+    }
+}
+
+/// What the customer must do before the payment can complete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextAction {
+    pub kind: String,
+    pub redirect_url: Option<String>,
+}
+
+/// The identity of one holder of a lease on an attempt: one call or one sweep pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseOwner(Uuid);
+
+impl LeaseOwner {
+    pub fn from_uuid(id: Uuid) -> Self {
+        Self(id)
+    }
+    pub fn as_uuid(self) -> Uuid {
+        self.0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub owner: LeaseOwner,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// One row of `payment_attempts`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub id: AttemptId,
+    pub consumer: ConsumerName,
+    pub operation_key: OperationKey,
+    pub kind: AttemptKind,
+    pub params: ChargeParams,
+    pub fingerprint: Fingerprint,
+    pub status: AttemptStatus,
+    pub provider: String,
+    pub provider_payment_id: Option<String>,
+    pub provider_status: Option<String>,
+    pub idempotency_key: IdempotencyKey,
+    pub generation: u32,
+    pub failure: Option<Failure>,
+    pub next_action: Option<NextAction>,
+    pub review_reason: Option<String>,
+    pub provider_calls: u32,
+    /// When the current idempotency key may first have reached the provider. The provider
+    /// forgets keys a fixed time after their first use, so this bounds every re-send.
+    pub key_window_started_at: DateTime<Utc>,
+    pub lease: Option<Lease>,
+    pub check_count: u32,
+    pub next_check_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Attempt {
+    pub fn is_leased_at(&self, now: DateTime<Utc>) -> bool {
+        self.lease.is_some_and(|lease| lease.expires_at > now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_states_never_move() {
+        for terminal in [AttemptStatus::Succeeded, AttemptStatus::Failed] {
+            for next in AttemptStatus::ALL {
+                assert!(!terminal.can_move_to(next), "{terminal:?} -> {next:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn states_move_forward_only() {
+        assert!(AttemptStatus::Pending.can_move_to(AttemptStatus::RequiresAction));
+        assert!(AttemptStatus::Pending.can_move_to(AttemptStatus::Succeeded));
+        assert!(AttemptStatus::RequiresAction.can_move_to(AttemptStatus::Failed));
+        assert!(!AttemptStatus::RequiresAction.can_move_to(AttemptStatus::Pending));
+        assert!(!AttemptStatus::Pending.can_move_to(AttemptStatus::Pending));
+    }
+
+    #[test]
+    fn allowed_sources_match_moves() {
+        assert_eq!(
+            AttemptStatus::Succeeded.allowed_sources(),
+            vec![AttemptStatus::Pending, AttemptStatus::RequiresAction]
+        );
+        assert_eq!(AttemptStatus::RequiresAction.allowed_sources(), vec![AttemptStatus::Pending]);
+        assert!(AttemptStatus::Pending.allowed_sources().is_empty());
+    }
+
+    #[test]
+    fn status_names_round_trip() {
+        for status in AttemptStatus::ALL {
+            assert_eq!(AttemptStatus::parse(status.as_str()), Some(status));
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Pure types and rules of chargeguard. Nothing in here does IO, reads a clock or a random
+//! generator: callers pass instants and ids in. Values are validated once, at construction, so a
+//! value of one of these types is known to be valid.
+
+mod attempt;
+mod charge_request;
+mod currency;
+mod idempotency;
+mod operation;
+mod provider_payment;
+mod recovery;
+
+pub use attempt::{
+    Attempt, AttemptId, AttemptKind, AttemptStatus, Failure, Lease, LeaseOwner, NextAction,
+};
+pub use charge_request::{
+    ChargeParams, ChargeRequest, Description, Fingerprint, Metadata, PaymentMethodId, CustomerId,
+    METADATA_KEY_LENGTH_MAX, METADATA_KEYS_MAX, METADATA_VALUE_LENGTH_MAX, RESERVED_METADATA_PREFIX,
+};
+pub use currency::Currency;
+pub use idempotency::{IdempotencyKey, derive_idempotency_key};
+pub use operation::{ConsumerName, OperationKey};
+pub use provider_payment::{PaymentSnapshot, ProviderPaymentStatus, Resolution, resolve_snapshot};
+pub use recovery::{
+    KeyWindow, LookupResolution, PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step,
+    resolve_lookup,
+};
+
+/// Why a value from outside could not become a domain value. `field` names the request field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct InvalidField {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl InvalidField {
+    pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
+        Self { field, reason: reason.into() }
+    }
+}

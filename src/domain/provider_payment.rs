@@ -1,0 +1,130 @@
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use super::{AttemptStatus, ChargeParams, Failure, NextAction};
+
+/// The provider's payment object as chargeguard needs it, whatever the provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaymentSnapshot {
+    pub id: String,
+    pub status: ProviderPaymentStatus,
+    pub amount_minor: i64,
+    pub amount_received_minor: i64,
+    /// Lowercase ISO 4217 code.
+    pub currency: String,
+    pub created: DateTime<Utc>,
+    pub metadata: BTreeMap<String, String>,
+    pub last_error: Option<Failure>,
+    pub next_action: Option<NextAction>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderPaymentStatus {
+    Succeeded,
+    Processing,
+    RequiresAction,
+    RequiresPaymentMethod,
+    RequiresConfirmation,
+    RequiresCapture,
+    Canceled,
+    Other(String),
+}
+
+impl ProviderPaymentStatus {
+    pub fn as_str(&self) -> &str {
+        match self {
+            ProviderPaymentStatus::Succeeded => "succeeded",
+            ProviderPaymentStatus::Processing => "processing",
+            ProviderPaymentStatus::RequiresAction => "requires_action",
+            ProviderPaymentStatus::RequiresPaymentMethod => "requires_payment_method",
+            ProviderPaymentStatus::RequiresConfirmation => "requires_confirmation",
+            ProviderPaymentStatus::RequiresCapture => "requires_capture",
+            ProviderPaymentStatus::Canceled => "canceled",
+            ProviderPaymentStatus::Other(other) => other,
+        }
+    }
+
+    pub fn parse(value: &str) -> Self {
+        match value {
+            "succeeded" => ProviderPaymentStatus::Succeeded,
+            "processing" => ProviderPaymentStatus::Processing,
+            "requires_action" => ProviderPaymentStatus::RequiresAction,
+            "requires_payment_method" => ProviderPaymentStatus::RequiresPaymentMethod,
+            "requires_confirmation" => ProviderPaymentStatus::RequiresConfirmation,
+            "requires_capture" => ProviderPaymentStatus::RequiresCapture,
+            "canceled" => ProviderPaymentStatus::Canceled,
+            other => ProviderPaymentStatus::Other(other.to_owned()),
+        }
+    }
+}
+
+/// What an attempt becomes given what the provider holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    pub status: AttemptStatus,
+    pub failure: Option<Failure>,
+    pub next_action: Option<NextAction>,
+    /// Set when a person must look: the provider object disagrees with our request, or is in a
+    /// state chargeguard never asks for.
+    pub review_reason: Option<String>,
+}
+
+/// Maps the provider's object to the attempt's next state. `requested` is what we asked for,
+/// checked against what the provider holds.
+pub fn resolve_snapshot(snapshot: &PaymentSnapshot, requested: &ChargeParams) -> Resolution {
+    let mut resolution = match &snapshot.status {
+        ProviderPaymentStatus::Succeeded => Resolution::plain(AttemptStatus::Succeeded),
+        // Settles later, announced by webhook; until then the attempt is not decided.
+        ProviderPaymentStatus::Processing => Resolution::plain(AttemptStatus::Pending),
+        ProviderPaymentStatus::RequiresAction => Resolution {
+            next_action: snapshot.next_action.clone(),
+            ..Resolution::plain(AttemptStatus::RequiresAction)
+        },
+        ProviderPaymentStatus::RequiresPaymentMethod => Resolution {
+            failure: Some(snapshot.last_error.clone().unwrap_or_else(|| Failure {
+                code: "requires_payment_method".to_owned(),
+                message: "the provider needs another payment method".to_owned(),
+            })),
+            ..Resolution::plain(AttemptStatus::Failed)
+        },
+        ProviderPaymentStatus::Canceled => Resolution {
+            failure: Some(Failure {
+                code: "canceled".to_owned(),
+                message: "the payment was canceled at the provider".to_owned(),
+            }),
+            ..Resolution::plain(AttemptStatus::Failed)
+        },
+        // chargeguard creates with confirm=true and automatic capture, so these mean someone
+        // changed the object outside chargeguard: keep the attempt open and ask a person.
+        ProviderPaymentStatus::RequiresConfirmation
+        | ProviderPaymentStatus::RequiresCapture
+        | ProviderPaymentStatus::Other(_) => Resolution {
+            review_reason: Some(format!(
+                "provider object {} is in unexpected status {:?}",
+                snapshot.id,
+                snapshot.status.as_str()
+            )),
+            ..Resolution::plain(AttemptStatus::Pending)
+        },
+    };
+    if snapshot.amount_minor != requested.amount_minor
+        || snapshot.currency != requested.currency.code()
+    {
+        resolution.review_reason = Some(format!(
+            "provider object {} is for {} {}, the attempt asked for {} {}",
+            snapshot.id,
+            snapshot.amount_minor,
+            snapshot.currency,
+            requested.amount_minor,
+            requested.currency.code()
+        ));
+    }
+    resolution
+}
+
+impl Resolution {
+    fn plain(status: AttemptStatus) -> Self {
+        Self { status, failure: None, next_action: None, review_reason: None }
+    }
+}

@@ -1,0 +1,30 @@
+//! Crash points for tests of SEMANTICS.md's crash table. Built only with the `failpoints`
+//! feature; otherwise `crash_point` compiles to nothing.
+//!
+//! A crash point configured with any action (`FAILPOINTS='charge.after_pending_commit=return'`)
+//! ends the whole process on the spot, the way a power cut or a kill -9 would: no destructor,
+//! no rollback, no reply. Tests run such a process as a child (`chargeguard serve`) and then
+//! check that redelivery or the sweep, in another process, finishes what it left.
+//!
+//! | name                          | where                                                   |
+//! |-------------------------------|---------------------------------------------------------|
+//! | `charge.after_pending_commit` | the pending row is committed, the provider not yet called |
+//! | `round.after_provider_call`   | the provider answered, the result is not yet recorded   |
+//! | `charge.after_record`         | the result is recorded, the caller has not heard        |
+//! | `sweep.mid_batch`             | the sweep finished one row of a claimed batch           |
+
+/// The exit code of a process that stopped at a crash point.
+pub const CRASH_EXIT_CODE: i32 = 86;
+
+#[inline]
+pub fn crash_point(name: &'static str) {
+    #[cfg(feature = "failpoints")]
+    {
+        fail::eval(name, |_| {
+            eprintln!("crash point {name}: exiting as if killed");
+            std::process::exit(CRASH_EXIT_CODE)
+        });
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}

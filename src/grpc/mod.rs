@@ -1,0 +1,23 @@
+//! The gRPC edge: tonic services and the proto ⇄ domain conversions. The only module that knows
+//! prost types; every error becomes a `tonic::Status` in one place (`status.rs`).
+
+mod auth;
+mod convert;
+mod payments;
+mod status;
+
+pub use auth::{Authenticator, hash_token};
+pub use payments::PaymentsService;
+
+/// The generated code of `proto/chargeguard/v1/payments.proto`.
+pub mod proto {
+    tonic::include_proto!("chargeguard.v1");
+
+    /// Encoded descriptors for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("chargeguard_descriptor");
+}
+
+/// Metadata key carrying a stable, machine-matchable error code on every error status.
+pub const ERROR_CODE_METADATA: &str = "chargeguard-error-code";
+/// Metadata key carrying the attempt an error is about, when there is one.
+pub const ATTEMPT_ID_METADATA: &str = "chargeguard-attempt-id";

@@ -1,0 +1,56 @@
+//! The one mapping from chargeguard's errors to gRPC status. Internal details are logged here
+//! and never returned; every status carries a stable code in `chargeguard-error-code`.
+
+use tonic::{Code, Status};
+
+use super::auth::AuthError;
+use super::{ATTEMPT_ID_METADATA, ERROR_CODE_METADATA};
+use crate::domain::{AttemptId, InvalidField};
+use crate::orchestrator::OrchestratorError;
+use crate::store::StoreError;
+
+fn status(code: Code, error_code: &'static str, message: String, attempt: Option<AttemptId>) -> Status {
+    let mut status = Status::new(code, message);
+    status.metadata_mut().insert(ERROR_CODE_METADATA, error_code.parse().expect("ascii literal"));
+    if let Some(attempt) = attempt {
+        if let Ok(value) = attempt.to_string().parse() {
+            status.metadata_mut().insert(ATTEMPT_ID_METADATA, value);
+        }
+    }
+    status
+}
+
+pub fn invalid_field(error: InvalidField) -> Status {
+    status(Code::InvalidArgument, "invalid_argument", format!("invalid {}: {}", error.field, error.reason), None)
+}
+
+pub fn unauthenticated(error: AuthError) -> Status {
+    status(Code::Unauthenticated, "unauthenticated", error.to_string(), None)
+}
+
+pub fn from_orchestrator(error: OrchestratorError) -> Status {
+    match error {
+        OrchestratorError::FingerprintMismatch { attempt_id, .. } => {
+            status(Code::FailedPrecondition, "operation_mismatch", error.to_string(), Some(attempt_id))
+        }
+        OrchestratorError::OutcomeUnknown { attempt_id, .. } => {
+            status(Code::Unavailable, "outcome_unknown", error.to_string(), Some(attempt_id))
+        }
+        OrchestratorError::InProgress { attempt_id } => {
+            status(Code::Unavailable, "in_progress", error.to_string(), Some(attempt_id))
+        }
+        OrchestratorError::NeedsReview { attempt_id, .. } => {
+            status(Code::FailedPrecondition, "needs_review", error.to_string(), Some(attempt_id))
+        }
+        OrchestratorError::NotFound => status(Code::NotFound, "not_found", "no such attempt".to_owned(), None),
+        OrchestratorError::InvalidPageToken => invalid_field(InvalidField::new("page_token", "is not a token this service issued")),
+        OrchestratorError::Store(StoreError::Unavailable(detail)) => {
+            tracing::warn!(error = %detail, "database unavailable");
+            status(Code::Unavailable, "unavailable", "the database is unavailable; retry later".to_owned(), None)
+        }
+        OrchestratorError::Store(StoreError::Corrupt(detail)) => {
+            tracing::error!(error = %detail, "corrupt attempt row");
+            status(Code::Internal, "internal", "internal error".to_owned(), None)
+        }
+    }
+}

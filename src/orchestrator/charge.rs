@@ -1,0 +1,204 @@
+//! The charge flow of SEMANTICS.md: commit the pending row, call the provider with the derived
+//! key, record the result, answer. A repeated call returns the stored outcome or reconciles.
+
+use std::time::{Duration, Instant};
+
+use uuid::Uuid;
+
+use super::{Orchestrator, OrchestratorError, chrono_duration};
+use crate::domain::{
+    Attempt, AttemptId, ChargeRequest, ConsumerName, Fingerprint, derive_idempotency_key,
+};
+use crate::store::{InsertOutcome, NewAttempt};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChargeOutcome {
+    /// This call made the provider call that decided the attempt.
+    Applied,
+    /// Already decided, or decided by a concurrent call; this call called nothing.
+    Duplicate,
+    /// A pending attempt from an earlier call was completed by this call.
+    Reconciled,
+}
+
+impl ChargeOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChargeOutcome::Applied => "applied",
+            ChargeOutcome::Duplicate => "duplicate",
+            ChargeOutcome::Reconciled => "reconciled",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ChargeReply {
+    pub attempt: Attempt,
+    pub outcome: ChargeOutcome,
+}
+
+/// First re-read of a row another call holds; doubles up to the maximum.
+const WAIT_POLL_INITIAL: Duration = Duration::from_millis(20);
+const WAIT_POLL_MAX: Duration = Duration::from_millis(250);
+
+/// The generation of a new operation's first key.
+const FIRST_GENERATION: u32 = 0;
+
+impl Orchestrator {
+    #[tracing::instrument(name = "charge", skip_all,
+        fields(consumer = %consumer, operation_key = %request.operation_key, attempt_id))]
+    pub async fn charge(
+        &self,
+        consumer: &ConsumerName,
+        request: ChargeRequest,
+    ) -> Result<ChargeReply, OrchestratorError> {
+        let reply = self.charge_inner(consumer, request).await;
+        let label = match &reply {
+            Ok(reply) => reply.outcome.as_str(),
+            Err(OrchestratorError::OutcomeUnknown { .. }) => "unknown",
+            Err(OrchestratorError::InProgress { .. }) => "in_progress",
+            Err(OrchestratorError::FingerprintMismatch { .. }) => "mismatch",
+            Err(_) => "error",
+        };
+        metrics::counter!("chargeguard_charges_total", "outcome" => label).increment(1);
+        reply
+    }
+
+    async fn charge_inner(
+        &self,
+        consumer: &ConsumerName,
+        request: ChargeRequest,
+    ) -> Result<ChargeReply, OrchestratorError> {
+        let now = self.clock.now();
+        let fingerprint = request.params.fingerprint();
+        let lease = self.new_lease(now);
+        let new = NewAttempt {
+            id: AttemptId::from_uuid(Uuid::now_v7()),
+            consumer: consumer.clone(),
+            operation_key: request.operation_key.clone(),
+            params: request.params.clone(),
+            fingerprint: fingerprint.clone(),
+            provider: self.provider.name(),
+            idempotency_key: derive_idempotency_key(consumer, &request.operation_key, FIRST_GENERATION),
+            generation: FIRST_GENERATION,
+            lease,
+            next_check_at: now + chrono_duration(self.settings.recovery_grace),
+            now,
+        };
+        match self.store.insert_pending(&new).await? {
+            InsertOutcome::Inserted(attempt) => {
+                tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
+                crate::failpoints::crash_point("charge.after_pending_commit");
+                let end = self.run_round(attempt, lease.owner).await?;
+                if let Some(error) = end.provider_error {
+                    return Err(unfinished_error(&end.attempt, error.to_string()));
+                }
+                crate::failpoints::crash_point("charge.after_record");
+                Ok(ChargeReply { attempt: end.attempt, outcome: ChargeOutcome::Applied })
+            }
+            InsertOutcome::Existing(attempt) => {
+                tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
+                self.charge_existing(&request, &fingerprint, attempt).await
+            }
+        }
+    }
+
+    /// The operation was requested before: answer from the row, reconcile it, or wait for the
+    /// call that holds it.
+    async fn charge_existing(
+        &self,
+        request: &ChargeRequest,
+        fingerprint: &Fingerprint,
+        mut attempt: Attempt,
+    ) -> Result<ChargeReply, OrchestratorError> {
+        if attempt.fingerprint != *fingerprint {
+            return Err(OrchestratorError::FingerprintMismatch {
+                operation_key: attempt.operation_key.clone(),
+                attempt_id: attempt.id,
+                fields: attempt.params.differing_fields(&request.params),
+            });
+        }
+        let deadline = Instant::now() + self.settings.concurrent_wait_max;
+        let mut poll = WAIT_POLL_INITIAL;
+        let mut subscription = self.notifier.subscribe();
+        loop {
+            if attempt.status.is_terminal() {
+                return Ok(ChargeReply { attempt, outcome: ChargeOutcome::Duplicate });
+            }
+            let now = self.clock.now();
+            if !attempt.is_leased_at(now) {
+                let lease = self.new_lease(now);
+                if let Some(leased) = self.store.acquire_lease(attempt.id, lease, now).await? {
+                    return self.reconcile_leased(leased, lease.owner).await;
+                }
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(OrchestratorError::InProgress { attempt_id: attempt.id });
+            }
+            subscription.wait_for(attempt.id, poll.min(remaining)).await;
+            poll = (poll * 2).min(WAIT_POLL_MAX);
+            attempt = self
+                .store
+                .find_by_id(None, attempt.id)
+                .await?
+                .ok_or(OrchestratorError::NotFound)?;
+        }
+    }
+
+    async fn reconcile_leased(
+        &self,
+        leased: Attempt,
+        owner: crate::domain::LeaseOwner,
+    ) -> Result<ChargeReply, OrchestratorError> {
+        let before_status = leased.status;
+        let before_provider_id = leased.provider_payment_id.clone();
+        if let Some(reason) = leased.review_reason.clone() {
+            if leased.provider_payment_id.is_none() {
+                // A flagged row without a known object: sending again could charge twice.
+                let end = self.release_unchanged(leased, owner).await?;
+                return Err(OrchestratorError::NeedsReview { attempt_id: end.id, reason });
+            }
+        }
+        let end = self.run_round(leased, owner).await?;
+        if let Some(error) = end.provider_error {
+            return Err(unfinished_error(&end.attempt, error.to_string()));
+        }
+        let changed = end.attempt.status != before_status
+            || end.attempt.provider_payment_id != before_provider_id;
+        let outcome = if changed { ChargeOutcome::Reconciled } else { ChargeOutcome::Duplicate };
+        Ok(ChargeReply { attempt: end.attempt, outcome })
+    }
+
+    /// Gives a lease back without a provider call.
+    async fn release_unchanged(
+        &self,
+        attempt: Attempt,
+        owner: crate::domain::LeaseOwner,
+    ) -> Result<Attempt, OrchestratorError> {
+        let now = self.clock.now();
+        let result = crate::store::RoundResult {
+            status: attempt.status,
+            provider_payment_id: None,
+            provider_status: None,
+            failure: None,
+            next_action: None,
+            review_reason: None,
+            calls_made: 0,
+            next_check_at: attempt.next_check_at,
+            last_error: attempt.last_error.clone(),
+        };
+        let written = self.store.finish_round(attempt.id, owner, &result, now).await?;
+        self.notifier.round_finished(attempt.id);
+        Ok(written.unwrap_or(attempt))
+    }
+}
+
+fn unfinished_error(attempt: &Attempt, reason: String) -> OrchestratorError {
+    match &attempt.review_reason {
+        Some(review) if attempt.provider_payment_id.is_none() => {
+            OrchestratorError::NeedsReview { attempt_id: attempt.id, reason: review.clone() }
+        }
+        _ => OrchestratorError::OutcomeUnknown { attempt_id: attempt.id, reason },
+    }
+}

@@ -1,0 +1,113 @@
+//! The flows: charge, reconcile, and (in `sweep`) recovery. This module owns control flow and
+//! state changes; it calls the store and the provider and never holds a database transaction
+//! across a provider call.
+
+mod charge;
+mod queries;
+mod round;
+mod waiters;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::domain::{AttemptId, KeyWindow, OperationKey};
+use crate::provider::PaymentProvider;
+use crate::store::{AttemptStore, StoreError};
+
+pub use charge::{ChargeOutcome, ChargeReply};
+pub use queries::{AttemptPage, AttemptSelector};
+pub use round::RoundEnd;
+pub use waiters::RoundNotifier;
+
+/// Bounds of the charge and reconcile flows. Checked together at start (see `config`).
+#[derive(Debug, Clone)]
+pub struct OrchestratorSettings {
+    pub amount_minor_max: i64,
+    /// How long a caller owns an attempt while it talks to the provider. Longer than the
+    /// provider call timeout, so a live call's lease never runs out under it.
+    pub lease_duration: Duration,
+    /// How long a duplicate call waits for a concurrent call's outcome before answering
+    /// "in progress, retry".
+    pub concurrent_wait_max: Duration,
+    pub key_window: KeyWindow,
+    /// How long a new row is left to its own call before recovery may look at it. Longer than
+    /// the lease, so recovery never races a live call.
+    pub recovery_grace: Duration,
+    /// Delay before the first re-check of a row whose outcome is unknown; doubles per round.
+    pub recheck_backoff_base: Duration,
+    pub recheck_backoff_max: Duration,
+    pub requires_action_age_max: Duration,
+    /// Slack added around an attempt's key window when listing the provider's objects.
+    pub lookup_slack: Duration,
+    pub list_page_size_default: u32,
+    pub list_page_size_max: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OrchestratorError {
+    #[error(
+        "operation {operation_key:?} was already requested with different {}; \
+         the stored attempt {attempt_id} is unchanged",
+        fields.join(", ")
+    )]
+    FingerprintMismatch { operation_key: OperationKey, attempt_id: AttemptId, fields: Vec<&'static str> },
+    #[error(
+        "attempt {attempt_id} is pending: the provider's answer is unknown ({reason}); \
+         it is safe to retry this call"
+    )]
+    OutcomeUnknown { attempt_id: AttemptId, reason: String },
+    #[error("attempt {attempt_id} is in progress in another call; retry shortly")]
+    InProgress { attempt_id: AttemptId },
+    #[error("attempt {attempt_id} needs review and was not sent again: {reason}")]
+    NeedsReview { attempt_id: AttemptId, reason: String },
+    #[error("no such attempt")]
+    NotFound,
+    #[error("invalid page token")]
+    InvalidPageToken,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Charge, reconcile and query: the service behind the gRPC API, the CLI and the sweep.
+#[derive(Clone)]
+pub struct Orchestrator {
+    store: Arc<dyn AttemptStore>,
+    provider: Arc<dyn PaymentProvider>,
+    clock: Arc<dyn Clock>,
+    settings: Arc<OrchestratorSettings>,
+    notifier: RoundNotifier,
+}
+
+impl Orchestrator {
+    pub fn new(
+        store: Arc<dyn AttemptStore>,
+        provider: Arc<dyn PaymentProvider>,
+        clock: Arc<dyn Clock>,
+        settings: OrchestratorSettings,
+    ) -> Self {
+        Self {
+            store,
+            provider,
+            clock,
+            settings: Arc::new(settings),
+            notifier: RoundNotifier::new(),
+        }
+    }
+
+    pub fn settings(&self) -> &OrchestratorSettings {
+        &self.settings
+    }
+
+    pub fn store(&self) -> &Arc<dyn AttemptStore> {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+}
+
+fn chrono_duration(duration: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+}

@@ -1,0 +1,101 @@
+//! The payment provider behind a trait. Only `stripe.rs` knows async-stripe's types; everything
+//! it returns is classified into the few cases the orchestrator must tell apart.
+
+mod stripe;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::domain::{AttemptId, ChargeParams, ConsumerName, Failure, IdempotencyKey, OperationKey, PaymentSnapshot};
+
+pub use self::stripe::{StripeProvider, StripeProviderConfig};
+
+/// Metadata keys chargeguard writes on every provider object, so that an object can be found
+/// again without its idempotency key.
+pub const METADATA_ATTEMPT_ID: &str = "chargeguard_attempt_id";
+pub const METADATA_CONSUMER: &str = "chargeguard_consumer";
+pub const METADATA_OPERATION_KEY: &str = "chargeguard_operation_key";
+
+/// What a create call is for.
+#[derive(Debug, Clone, Copy)]
+pub struct CreatePayment<'a> {
+    pub attempt_id: AttemptId,
+    pub consumer: &'a ConsumerName,
+    pub operation_key: &'a OperationKey,
+    pub params: &'a ChargeParams,
+    pub idempotency_key: &'a IdempotencyKey,
+}
+
+/// A create that the provider decided. Every case is terminal or a known provider state.
+#[derive(Debug, Clone)]
+pub enum CreateOutcome {
+    /// The provider holds this object (succeeded, processing, requires action, ...).
+    Payment(PaymentSnapshot),
+    /// A business decline (card_error): a terminal result, not an error to retry.
+    Declined { failure: Failure, provider_payment_id: Option<String> },
+    /// The provider refused the request as invalid before executing anything (no such payment
+    /// method, amount too small): terminal, and a retry with the same key would get the same.
+    Rejected { failure: Failure },
+}
+
+/// A call whose result cannot be used as an outcome.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProviderError {
+    /// The provider may or may not have executed the request: timeout, 5xx, reset connection,
+    /// a key still in use, an unreadable answer. The attempt must stay pending.
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
+    /// Certainly not executed, but not a business outcome either (auth, rate limit): retry later.
+    #[error("not executed: {0}")]
+    NotExecuted(String),
+    /// The object does not exist at the provider.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The provider reports that our key was used with other parameters: chargeguard's own key
+    /// discipline failed, so nothing may be assumed; a person must look.
+    #[error("idempotency key conflict: {0}")]
+    KeyConflict(String),
+}
+
+/// The period in which a lookup expects the attempt's object to have been created.
+#[derive(Debug, Clone, Copy)]
+pub struct CreatedRange {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+}
+
+/// One page of a list, oldest-first order not guaranteed.
+#[derive(Debug, Clone)]
+pub struct PaymentPage {
+    pub payments: Vec<PaymentSnapshot>,
+    /// Pass to the next call; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+#[async_trait]
+pub trait PaymentProvider: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+
+    /// Sends one create with the given key. Never retries: a retry policy that changed the key
+    /// would charge twice, so retries belong to the orchestrator, with the stored key.
+    async fn create_payment(&self, request: CreatePayment<'_>) -> Result<CreateOutcome, ProviderError>;
+
+    async fn retrieve_payment(&self, provider_payment_id: &str) -> Result<PaymentSnapshot, ProviderError>;
+
+    async fn cancel_payment(&self, provider_payment_id: &str) -> Result<PaymentSnapshot, ProviderError>;
+
+    /// Every object carrying the attempt's id in its metadata: search first, then the list
+    /// endpoint over `created` (search lags; lists do not). Bounded in pages.
+    async fn find_payments_for_attempt(
+        &self,
+        attempt_id: AttemptId,
+        created: CreatedRange,
+    ) -> Result<Vec<PaymentSnapshot>, ProviderError>;
+
+    async fn list_payments(
+        &self,
+        created: CreatedRange,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<PaymentPage, ProviderError>;
+}

@@ -1,0 +1,292 @@
+use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use stripe::{ApiErrors, ApiErrorsType, Client, ClientBuilder, RequestStrategy, StripeError, StripeRequest};
+use stripe_core::payment_intent::{
+    CancelPaymentIntent, CreatePaymentIntent, ListPaymentIntent, RetrievePaymentIntent,
+    SearchPaymentIntent,
+};
+use stripe_core::{PaymentIntent, PaymentIntentStatus};
+use stripe_types::{Currency as StripeCurrency, RangeBoundsTs, RangeQueryTs};
+
+use super::{
+    CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, METADATA_CONSUMER,
+    METADATA_OPERATION_KEY, PaymentPage, PaymentProvider, ProviderError,
+};
+use crate::domain::{AttemptId, Failure, NextAction, PaymentSnapshot, ProviderPaymentStatus};
+use crate::secret::Secret;
+
+/// Stripe's largest page.
+const PAGE_SIZE_MAX: u32 = 100;
+
+#[derive(Debug, Clone)]
+pub struct StripeProviderConfig {
+    pub api_key: Secret,
+    /// `None` for Stripe itself; the simulator's URL otherwise (with a trailing slash).
+    pub base_url: Option<String>,
+    /// Per call. A call that times out has an unknown outcome.
+    pub call_timeout: Duration,
+    /// Bound on list pages read when looking for an attempt's objects without its key.
+    pub lookup_pages_max: u32,
+    /// Where the customer returns after a redirect-based action, if the integration has one.
+    pub return_url: Option<String>,
+}
+
+pub struct StripeProvider {
+    client: Client,
+    config: StripeProviderConfig,
+}
+
+impl StripeProvider {
+    pub fn new(config: StripeProviderConfig) -> Result<Self, ProviderError> {
+        let mut builder = ClientBuilder::new(config.api_key.expose())
+            .timeout(config.call_timeout)
+            // Never let the client retry on its own: its retrying strategies use random keys.
+            .request_strategy(RequestStrategy::Once);
+        if let Some(url) = &config.base_url {
+            builder = builder.url(url.clone());
+        }
+        let client = builder
+            .build()
+            .map_err(|error| ProviderError::NotExecuted(format!("stripe client: {error}")))?;
+        Ok(Self { client, config })
+    }
+}
+
+#[async_trait]
+impl PaymentProvider for StripeProvider {
+    fn name(&self) -> &'static str {
+        "stripe"
+    }
+
+    async fn create_payment(&self, request: CreatePayment<'_>) -> Result<CreateOutcome, ProviderError> {
+        let currency = StripeCurrency::from_str(request.params.currency.code())
+            .map_err(|_| ProviderError::NotExecuted("unsupported currency".to_owned()))?;
+        let mut metadata: HashMap<String, String> = request
+            .params
+            .metadata
+            .entries()
+            .iter()
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        metadata.insert(METADATA_ATTEMPT_ID.to_owned(), request.attempt_id.to_string());
+        metadata.insert(METADATA_CONSUMER.to_owned(), request.consumer.to_string());
+        metadata.insert(METADATA_OPERATION_KEY.to_owned(), request.operation_key.to_string());
+        let mut create = CreatePaymentIntent::new(request.params.amount_minor, currency)
+            .confirm(true)
+            .payment_method(request.params.payment_method.as_str())
+            .metadata(metadata);
+        if let Some(customer) = &request.params.customer {
+            create = create.customer(customer.as_str());
+        }
+        if let Some(description) = &request.params.description {
+            create = create.description(description.as_str());
+        }
+        if let Some(return_url) = &self.config.return_url {
+            create = create.return_url(return_url.as_str());
+        }
+        let key = stripe::IdempotencyKey::new(request.idempotency_key.as_str())
+            .map_err(|error| ProviderError::NotExecuted(format!("idempotency key: {error}")))?;
+        let answer = create
+            .customize()
+            .request_strategy(RequestStrategy::Idempotent(key))
+            .send(&self.client)
+            .await;
+        match answer {
+            Ok(intent) => Ok(CreateOutcome::Payment(snapshot(&intent))),
+            Err(error) => classify_create_error(error),
+        }
+    }
+
+    async fn retrieve_payment(&self, provider_payment_id: &str) -> Result<PaymentSnapshot, ProviderError> {
+        RetrievePaymentIntent::new(provider_payment_id)
+            .send(&self.client)
+            .await
+            .map(|intent| snapshot(&intent))
+            .map_err(classify_read_error)
+    }
+
+    async fn cancel_payment(&self, provider_payment_id: &str) -> Result<PaymentSnapshot, ProviderError> {
+        CancelPaymentIntent::new(provider_payment_id)
+            .send(&self.client)
+            .await
+            .map(|intent| snapshot(&intent))
+            .map_err(classify_read_error)
+    }
+
+    async fn find_payments_for_attempt(
+        &self,
+        attempt_id: AttemptId,
+        created: CreatedRange,
+    ) -> Result<Vec<PaymentSnapshot>, ProviderError> {
+        let attempt = attempt_id.to_string();
+        let belongs = |intent: &PaymentIntent| {
+            intent.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt)
+        };
+        let query = format!("metadata['{METADATA_ATTEMPT_ID}']:'{attempt}'");
+        let searched = SearchPaymentIntent::new(query)
+            .limit(i64::from(PAGE_SIZE_MAX))
+            .send(&self.client)
+            .await
+            .map_err(classify_read_error)?;
+        let mut found: BTreeMap<String, PaymentSnapshot> = searched
+            .data
+            .iter()
+            .filter(|intent| belongs(intent))
+            .map(|intent| (intent.id.to_string(), snapshot(intent)))
+            .collect();
+        // Search lags behind writes (up to an hour in outages); the list endpoint does not.
+        // Both are read, because missing an object here would mean failing a charged attempt.
+        let mut cursor: Option<String> = None;
+        for _ in 0..self.config.lookup_pages_max {
+            let page = self.list_payments(created, cursor.as_deref(), PAGE_SIZE_MAX).await?;
+            for payment in page.payments {
+                if payment.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt) {
+                    found.insert(payment.id.clone(), payment);
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(found.into_values().collect()),
+            }
+        }
+        Err(ProviderError::OutcomeUnknown(format!(
+            "more than {} list pages in the attempt's created range; raise lookup_pages_max",
+            self.config.lookup_pages_max
+        )))
+    }
+
+    async fn list_payments(
+        &self,
+        created: CreatedRange,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<PaymentPage, ProviderError> {
+        let bounds = RangeBoundsTs {
+            gte: Some(created.from.timestamp()),
+            lte: Some(created.to.timestamp()),
+            ..Default::default()
+        };
+        let mut list = ListPaymentIntent::new()
+            .created(RangeQueryTs::Bounds(bounds))
+            .limit(i64::from(limit.min(PAGE_SIZE_MAX)));
+        if let Some(cursor) = cursor {
+            list = list.starting_after(cursor);
+        }
+        let page = list.send(&self.client).await.map_err(classify_read_error)?;
+        let next_cursor = if page.has_more { page.data.last().map(|i| i.id.to_string()) } else { None };
+        Ok(PaymentPage { payments: page.data.iter().map(snapshot).collect(), next_cursor })
+    }
+}
+
+fn failure_from(api: &ApiErrors, fallback_code: &str) -> Failure {
+    let code = api
+        .decline_code
+        .clone()
+        .or_else(|| api.code.as_ref().map(|code| code.as_str().to_owned()))
+        .unwrap_or_else(|| fallback_code.to_owned());
+    Failure { code, message: api.message.clone().unwrap_or_default() }
+}
+
+fn classify_create_error(error: StripeError) -> Result<CreateOutcome, ProviderError> {
+    let (api, status) = match error {
+        StripeError::Stripe(api, status) => (api, status),
+        other => return Err(classify_transport_error(other)),
+    };
+    if status == 409 || matches!(api.code, Some(stripe::ApiErrorsCode::IdempotencyKeyInUse)) {
+        return Err(ProviderError::OutcomeUnknown(
+            "the provider is still executing a request with this key".to_owned(),
+        ));
+    }
+    match (&api.type_, status) {
+        (ApiErrorsType::CardError, _) | (_, 402) => Ok(CreateOutcome::Declined {
+            failure: failure_from(&api, "card_declined"),
+            provider_payment_id: api.payment_intent.as_ref().map(|intent| intent.id.to_string()),
+        }),
+        (ApiErrorsType::IdempotencyError, _) => Err(ProviderError::KeyConflict(
+            api.message.clone().unwrap_or_else(|| "idempotency_error".to_owned()),
+        )),
+        (_, 401 | 403 | 429) => Err(ProviderError::NotExecuted(format!(
+            "provider answered {status}: {}",
+            api.message.as_deref().unwrap_or("")
+        ))),
+        (ApiErrorsType::InvalidRequestError, 400 | 404) => {
+            Ok(CreateOutcome::Rejected { failure: failure_from(&api, "invalid_request") })
+        }
+        _ => Err(ProviderError::OutcomeUnknown(format!(
+            "provider answered {status}: {}",
+            api.message.as_deref().unwrap_or("")
+        ))),
+    }
+}
+
+fn classify_read_error(error: StripeError) -> ProviderError {
+    match error {
+        StripeError::Stripe(api, 404) => {
+            ProviderError::NotFound(api.message.clone().unwrap_or_default())
+        }
+        StripeError::Stripe(api, status @ (401 | 403 | 429)) => ProviderError::NotExecuted(format!(
+            "provider answered {status}: {}",
+            api.message.as_deref().unwrap_or("")
+        )),
+        StripeError::Stripe(api, status) => ProviderError::OutcomeUnknown(format!(
+            "provider answered {status}: {}",
+            api.message.as_deref().unwrap_or("")
+        )),
+        other => classify_transport_error(other),
+    }
+}
+
+/// Anything but a parsed Stripe error: the request may have been executed.
+fn classify_transport_error(error: StripeError) -> ProviderError {
+    match error {
+        StripeError::Timeout => ProviderError::OutcomeUnknown("timed out".to_owned()),
+        StripeError::ClientError(message) => {
+            ProviderError::OutcomeUnknown(format!("connection failed: {message}"))
+        }
+        // Also what a non-JSON 5xx from a proxy becomes: its status is lost.
+        StripeError::JSONDeserialize(message) => {
+            ProviderError::OutcomeUnknown(format!("unreadable answer: {message}"))
+        }
+        StripeError::ConfigError(message) => ProviderError::NotExecuted(message),
+        StripeError::Stripe(api, status) => ProviderError::OutcomeUnknown(format!(
+            "provider answered {status}: {}",
+            api.message.as_deref().unwrap_or("")
+        )),
+    }
+}
+
+fn timestamp(seconds: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(seconds, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+fn snapshot(intent: &PaymentIntent) -> PaymentSnapshot {
+    let status = match &intent.status {
+        PaymentIntentStatus::Succeeded => ProviderPaymentStatus::Succeeded,
+        PaymentIntentStatus::Processing => ProviderPaymentStatus::Processing,
+        PaymentIntentStatus::RequiresAction => ProviderPaymentStatus::RequiresAction,
+        PaymentIntentStatus::RequiresPaymentMethod => ProviderPaymentStatus::RequiresPaymentMethod,
+        PaymentIntentStatus::RequiresConfirmation => ProviderPaymentStatus::RequiresConfirmation,
+        PaymentIntentStatus::RequiresCapture => ProviderPaymentStatus::RequiresCapture,
+        PaymentIntentStatus::Canceled => ProviderPaymentStatus::Canceled,
+        // Non-exhaustive upstream: a status Stripe adds later is kept by name, never guessed.
+        other => ProviderPaymentStatus::parse(other.as_str()),
+    };
+    PaymentSnapshot {
+        id: intent.id.to_string(),
+        status,
+        amount_minor: intent.amount,
+        amount_received_minor: intent.amount_received,
+        currency: intent.currency.to_string(),
+        created: timestamp(intent.created),
+        metadata: intent.metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        last_error: intent.last_payment_error.as_deref().map(|api| failure_from(api, "payment_failed")),
+        next_action: intent.next_action.as_ref().map(|action| NextAction {
+            kind: action.type_.clone(),
+            redirect_url: action.redirect_to_url.as_ref().and_then(|redirect| redirect.url.clone()),
+        }),
+    }
+}

@@ -1,0 +1,390 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{ConnectOptions, Row};
+use uuid::Uuid;
+
+use super::{
+    AttemptStore, InsertOutcome, ListCursor, ListFilter, NewAttempt, RoundResult, StoreError,
+};
+use crate::domain::{
+    Attempt, AttemptId, AttemptKind, AttemptStatus, ChargeParams, ConsumerName, Currency,
+    CustomerId, Description, Failure, Fingerprint, IdempotencyKey, Lease, LeaseOwner, Metadata,
+    NextAction, OperationKey, PaymentMethodId,
+};
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Bounds of the connection pool, passed explicitly rather than left to library defaults.
+#[derive(Debug, Clone)]
+pub struct PostgresPoolOptions {
+    pub connections_max: u32,
+    pub acquire_timeout: Duration,
+    pub statement_timeout: Duration,
+}
+
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects lazily: the service starts (and reports NOT_SERVING) while the database is down.
+    pub fn connect_lazy(url: &str, options: &PostgresPoolOptions) -> Result<Self, StoreError> {
+        let connect_options: PgConnectOptions = url
+            .parse::<PgConnectOptions>()
+            .map_err(|error| StoreError::Unavailable(format!("bad database url: {error}")))?
+            .options([(
+                "statement_timeout",
+                format!("{}", options.statement_timeout.as_millis()),
+            )])
+            .log_statements(tracing::log::LevelFilter::Trace);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.connections_max)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(connect_options);
+        Ok(Self { pool })
+    }
+
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await.map_err(|error| StoreError::Unavailable(error.to_string()))
+    }
+}
+
+fn unavailable(error: sqlx::Error) -> StoreError {
+    StoreError::Unavailable(error.to_string())
+}
+
+fn status_names(statuses: &[AttemptStatus]) -> Vec<String> {
+    statuses.iter().map(|status| status.as_str().to_owned()).collect()
+}
+
+const UNFINISHED: [&str; 2] = ["pending", "requires_action"];
+
+#[async_trait]
+impl AttemptStore for PostgresStore {
+    async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
+        let metadata = serde_json::to_value(new.params.metadata.entries())
+            .map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        let inserted = sqlx::query(
+            "INSERT INTO payment_attempts (
+                id, consumer, operation_key, kind, amount_minor, currency, payment_method,
+                customer, description, metadata, fingerprint, status, provider, idempotency_key,
+                generation, key_window_started_at, lease_owner, lease_expires_at, next_check_at,
+                created_at, updated_at)
+             VALUES ($1, $2, $3, 'charge', $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13,
+                     $14, $15, $16, $17, $14, $14)
+             ON CONFLICT DO NOTHING
+             RETURNING *",
+        )
+        .bind(new.id.as_uuid())
+        .bind(new.consumer.as_str())
+        .bind(new.operation_key.as_str())
+        .bind(new.params.amount_minor)
+        .bind(new.params.currency.code())
+        .bind(new.params.payment_method.as_str())
+        .bind(new.params.customer.as_ref().map(CustomerId::as_str))
+        .bind(new.params.description.as_ref().map(Description::as_str))
+        .bind(metadata)
+        .bind(new.fingerprint.as_str())
+        .bind(new.provider)
+        .bind(new.idempotency_key.as_str())
+        .bind(new.generation as i32)
+        .bind(new.now)
+        .bind(new.lease.owner.as_uuid())
+        .bind(new.lease.expires_at)
+        .bind(new.next_check_at)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        if let Some(row) = inserted {
+            return Ok(InsertOutcome::Inserted(attempt_from_row(&row)?));
+        }
+        // The conflict was on the operation (or, impossibly, on the derived key, which is a
+        // function of the operation): read the row that won.
+        match self.find_by_operation(&new.consumer, &new.operation_key).await? {
+            Some(existing) => Ok(InsertOutcome::Existing(existing)),
+            None => Err(StoreError::Corrupt(format!(
+                "insert of operation {:?} conflicted but no row holds it",
+                new.operation_key.as_str()
+            ))),
+        }
+    }
+
+    async fn find_by_operation(
+        &self,
+        consumer: &ConsumerName,
+        operation_key: &OperationKey,
+    ) -> Result<Option<Attempt>, StoreError> {
+        sqlx::query("SELECT * FROM payment_attempts WHERE consumer = $1 AND operation_key = $2")
+            .bind(consumer.as_str())
+            .bind(operation_key.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(unavailable)?
+            .as_ref()
+            .map(attempt_from_row)
+            .transpose()
+    }
+
+    async fn find_by_id(
+        &self,
+        consumer: Option<&ConsumerName>,
+        id: AttemptId,
+    ) -> Result<Option<Attempt>, StoreError> {
+        sqlx::query(
+            "SELECT * FROM payment_attempts WHERE id = $1 AND ($2::text IS NULL OR consumer = $2)",
+        )
+        .bind(id.as_uuid())
+        .bind(consumer.map(ConsumerName::as_str))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)?
+        .as_ref()
+        .map(attempt_from_row)
+        .transpose()
+    }
+
+    async fn acquire_lease(
+        &self,
+        id: AttemptId,
+        lease: Lease,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Attempt>, StoreError> {
+        sqlx::query(
+            "UPDATE payment_attempts
+             SET lease_owner = $2, lease_expires_at = $3, updated_at = $4
+             WHERE id = $1 AND status = ANY($5)
+               AND (lease_expires_at IS NULL OR lease_expires_at <= $4)
+             RETURNING *",
+        )
+        .bind(id.as_uuid())
+        .bind(lease.owner.as_uuid())
+        .bind(lease.expires_at)
+        .bind(now)
+        .bind(&UNFINISHED[..])
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)?
+        .as_ref()
+        .map(attempt_from_row)
+        .transpose()
+    }
+
+    async fn finish_round(
+        &self,
+        id: AttemptId,
+        owner: LeaseOwner,
+        result: &RoundResult,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Attempt>, StoreError> {
+        // In SET, `status` is the row's value before this update, so each CASE asks whether the
+        // move is allowed from the state the row really is in.
+        sqlx::query(
+            "UPDATE payment_attempts SET
+                failure_code = CASE WHEN status = ANY($3) THEN $6 ELSE failure_code END,
+                failure_message = CASE WHEN status = ANY($3) THEN $7 ELSE failure_message END,
+                next_action_type = CASE WHEN status = ANY($3) THEN $8 ELSE next_action_type END,
+                next_action_url = CASE WHEN status = ANY($3) THEN $9 ELSE next_action_url END,
+                provider_status = CASE WHEN status = ANY($12) THEN COALESCE($5, provider_status)
+                                       ELSE provider_status END,
+                status = CASE WHEN status = ANY($3) THEN $2 ELSE status END,
+                provider_payment_id = COALESCE(provider_payment_id, $4),
+                review_reason = COALESCE($10, review_reason),
+                provider_calls = provider_calls + $11,
+                check_count = check_count + 1,
+                next_check_at = $13,
+                last_error = $14,
+                lease_owner = NULL,
+                lease_expires_at = NULL,
+                updated_at = $15
+             WHERE id = $1 AND lease_owner = $16
+             RETURNING *",
+        )
+        .bind(id.as_uuid())
+        .bind(result.status.as_str())
+        .bind(status_names(&result.status.allowed_sources()))
+        .bind(result.provider_payment_id.as_deref())
+        .bind(result.provider_status.as_deref())
+        .bind(result.failure.as_ref().map(|failure| failure.code.as_str()))
+        .bind(result.failure.as_ref().map(|failure| failure.message.as_str()))
+        .bind(result.next_action.as_ref().map(|action| action.kind.as_str()))
+        .bind(result.next_action.as_ref().and_then(|action| action.redirect_url.as_deref()))
+        .bind(result.review_reason.as_deref())
+        .bind(result.calls_made as i32)
+        .bind(&UNFINISHED[..])
+        .bind(result.next_check_at)
+        .bind(result.last_error.as_deref())
+        .bind(now)
+        .bind(owner.as_uuid())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)?
+        .as_ref()
+        .map(attempt_from_row)
+        .transpose()
+    }
+
+    async fn list(
+        &self,
+        consumer: &ConsumerName,
+        filter: &ListFilter,
+        after: Option<ListCursor>,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM payment_attempts
+             WHERE consumer = $1
+               AND ($2::text IS NULL OR status = $2)
+               AND ($3::timestamptz IS NULL OR created_at >= $3)
+               AND ($4::timestamptz IS NULL OR created_at < $4)
+               AND ($5::timestamptz IS NULL OR (created_at, id) < ($5, $6))
+             ORDER BY created_at DESC, id DESC
+             LIMIT $7",
+        )
+        .bind(consumer.as_str())
+        .bind(filter.status.map(AttemptStatus::as_str))
+        .bind(filter.created_from)
+        .bind(filter.created_to)
+        .bind(after.map(|cursor| cursor.created_at))
+        .bind(after.map(|cursor| cursor.id.as_uuid()))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(attempt_from_row).collect()
+    }
+
+    async fn claim_due(
+        &self,
+        lease: Lease,
+        now: DateTime<Utc>,
+        batch_max: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
+        // SKIP LOCKED: concurrent sweepers each take different rows instead of queueing on the
+        // same ones; the lease then keeps the row theirs after this statement commits.
+        let rows = sqlx::query(
+            "UPDATE payment_attempts SET lease_owner = $1, lease_expires_at = $2, updated_at = $3
+             WHERE id IN (
+                SELECT id FROM payment_attempts
+                WHERE status = ANY($4) AND next_check_at <= $3
+                  AND (lease_expires_at IS NULL OR lease_expires_at <= $3)
+                ORDER BY next_check_at
+                LIMIT $5
+                FOR UPDATE SKIP LOCKED)
+             RETURNING *",
+        )
+        .bind(lease.owner.as_uuid())
+        .bind(lease.expires_at)
+        .bind(now)
+        .bind(&UNFINISHED[..])
+        .bind(i64::from(batch_max))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(attempt_from_row).collect()
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(unavailable)?;
+        Ok(())
+    }
+}
+
+fn corrupt(id: Uuid, what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("attempt {id}: {what}"))
+}
+
+fn attempt_from_row(row: &PgRow) -> Result<Attempt, StoreError> {
+    let id: Uuid = row.try_get("id").map_err(unavailable)?;
+    let get_text = |column: &str| -> Result<String, StoreError> {
+        row.try_get::<String, _>(column).map_err(|error| corrupt(id, error))
+    };
+    let get_optional_text = |column: &str| -> Result<Option<String>, StoreError> {
+        row.try_get::<Option<String>, _>(column).map_err(|error| corrupt(id, error))
+    };
+    let get_time = |column: &str| -> Result<DateTime<Utc>, StoreError> {
+        row.try_get::<DateTime<Utc>, _>(column).map_err(|error| corrupt(id, error))
+    };
+    let get_count = |column: &str| -> Result<u32, StoreError> {
+        let value: i32 = row.try_get(column).map_err(|error| corrupt(id, error))?;
+        u32::try_from(value).map_err(|error| corrupt(id, error))
+    };
+    let metadata: serde_json::Value = row.try_get("metadata").map_err(|e| corrupt(id, e))?;
+    let metadata: BTreeMap<String, String> =
+        serde_json::from_value(metadata).map_err(|error| corrupt(id, error))?;
+    let status_name = get_text("status")?;
+    let kind_name = get_text("kind")?;
+    let lease_owner: Option<Uuid> = row.try_get("lease_owner").map_err(|e| corrupt(id, e))?;
+    let lease_expires_at: Option<DateTime<Utc>> =
+        row.try_get("lease_expires_at").map_err(|e| corrupt(id, e))?;
+    let failure = match (get_optional_text("failure_code")?, get_optional_text("failure_message")?)
+    {
+        (Some(code), message) => Some(Failure { code, message: message.unwrap_or_default() }),
+        (None, _) => None,
+    };
+    let next_action = get_optional_text("next_action_type")?
+        .map(|kind| -> Result<NextAction, StoreError> {
+            Ok(NextAction { kind, redirect_url: get_optional_text("next_action_url")? })
+        })
+        .transpose()?;
+    let params = ChargeParams {
+        amount_minor: row.try_get("amount_minor").map_err(|e| corrupt(id, e))?,
+        currency: Currency::parse(&get_text("currency")?).map_err(|e| corrupt(id, e))?,
+        payment_method: PaymentMethodId::parse(&get_text("payment_method")?)
+            .map_err(|e| corrupt(id, e))?,
+        customer: get_optional_text("customer")?
+            .map(|customer| CustomerId::parse(&customer))
+            .transpose()
+            .map_err(|e| corrupt(id, e))?,
+        description: get_optional_text("description")?
+            .map(|description| Description::parse(&description))
+            .transpose()
+            .map_err(|e| corrupt(id, e))?,
+        metadata: Metadata::from_stored(metadata),
+    };
+    Ok(Attempt {
+        id: AttemptId::from_uuid(id),
+        consumer: ConsumerName::parse(&get_text("consumer")?).map_err(|e| corrupt(id, e))?,
+        operation_key: OperationKey::parse(&get_text("operation_key")?)
+            .map_err(|e| corrupt(id, e))?,
+        kind: AttemptKind::parse(&kind_name)
+            .ok_or_else(|| corrupt(id, format!("unknown kind {kind_name:?}")))?,
+        params,
+        fingerprint: Fingerprint::from_stored(get_text("fingerprint")?),
+        status: AttemptStatus::parse(&status_name)
+            .ok_or_else(|| corrupt(id, format!("unknown status {status_name:?}")))?,
+        provider: get_text("provider")?,
+        provider_payment_id: get_optional_text("provider_payment_id")?,
+        provider_status: get_optional_text("provider_status")?,
+        idempotency_key: IdempotencyKey::from_stored(get_text("idempotency_key")?),
+        generation: get_count("generation")?,
+        failure,
+        next_action,
+        review_reason: get_optional_text("review_reason")?,
+        provider_calls: get_count("provider_calls")?,
+        key_window_started_at: get_time("key_window_started_at")?,
+        lease: match (lease_owner, lease_expires_at) {
+            (Some(owner), Some(expires_at)) => {
+                Some(Lease { owner: LeaseOwner::from_uuid(owner), expires_at })
+            }
+            _ => None,
+        },
+        check_count: get_count("check_count")?,
+        next_check_at: get_time("next_check_at")?,
+        last_error: get_optional_text("last_error")?,
+        created_at: get_time("created_at")?,
+        updated_at: get_time("updated_at")?,
+    })
+}

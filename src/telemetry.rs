@@ -1,0 +1,36 @@
+//! Logs (tracing, text or JSON) and metrics (Prometheus text format, served on the HTTP port).
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Installs the global subscriber. `RUST_LOG` overrides the default filter.
+pub fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,hyper=warn,h2=warn,tower=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // A second init (tests, embedded use) keeps the first subscriber.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+    };
+}
+
+static METRICS: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process-wide Prometheus recorder, installed on first use. One per process: several
+/// applications in one test process share it.
+pub fn metrics_handle() -> &'static PrometheusHandle {
+    METRICS.get_or_init(|| {
+        PrometheusBuilder::new()
+            .install_recorder()
+            .expect("no other metrics recorder is installed in this process")
+    })
+}

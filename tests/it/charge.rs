@@ -1,0 +1,301 @@
+//! The charge path (SEMANTICS.md invariants 1, 3, 4, 5, 6) through the real gRPC server, real
+//! PostgreSQL and the simulator, counting charges at the provider through its ledger.
+
+use chargeguard::grpc::proto::{self, AttemptStatus, ChargeOutcome, GetAttemptRequest, ListAttemptsRequest, get_attempt_request::Selector};
+use chargeguard::simulator::{FaultKind, FaultSpec};
+use tonic::Code;
+
+use crate::support::{BILLING_TOKEN, ORDERS_TOKEN, TestApp, authed, charge_request, error_code, outcome_of, status_of};
+
+async fn creates_sent(app: &TestApp) -> usize {
+    app.sim().requests().await.iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").count()
+}
+
+async fn intents_at_provider(app: &TestApp) -> usize {
+    app.sim().ledger().await.payment_intents.len()
+}
+
+#[tokio::test]
+async fn first_charge_is_applied_once_with_the_derived_key_and_metadata() {
+    let app = TestApp::spawn().await;
+    let response = app.charge(charge_request("order-1:charge")).await.unwrap();
+    assert_eq!(outcome_of(&response), ChargeOutcome::Applied);
+    assert_eq!(status_of(&response), AttemptStatus::Succeeded);
+    let attempt = response.attempt.unwrap();
+    assert_eq!(attempt.consumer, "orders");
+    assert_eq!(attempt.provider, "stripe");
+    assert_eq!(attempt.provider_calls, 1);
+    assert!(attempt.provider_payment_id.starts_with("pi_"));
+
+    let ledger = app.sim().ledger().await;
+    assert_eq!(ledger.payment_intents.len(), 1);
+    let intent = &ledger.payment_intents[0];
+    assert_eq!(intent.id, attempt.provider_payment_id);
+    assert_eq!(intent.idempotency_key.as_deref(), Some(attempt.idempotency_key.as_str()));
+    assert_eq!(intent.metadata.get("chargeguard_attempt_id"), Some(&attempt.attempt_id));
+    assert_eq!(intent.metadata.get("chargeguard_operation_key").map(String::as_str), Some("order-1:charge"));
+    assert_eq!(intent.metadata.get("order_id").map(String::as_str), Some("order-1:charge"));
+    assert_eq!(intent.amount, 1_000);
+}
+
+#[tokio::test]
+async fn a_repeated_call_after_success_returns_the_stored_outcome_and_calls_nothing() {
+    let app = TestApp::spawn().await;
+    let first = app.charge(charge_request("order-2:charge")).await.unwrap();
+    let second = app.charge(charge_request("order-2:charge")).await.unwrap();
+    assert_eq!(outcome_of(&second), ChargeOutcome::Duplicate);
+    assert_eq!(second.attempt, first.attempt);
+    assert_eq!(creates_sent(&app).await, 1);
+    assert_eq!(intents_at_provider(&app).await, 1);
+}
+
+#[tokio::test]
+async fn a_decline_is_a_stored_terminal_outcome_not_an_error() {
+    let app = TestApp::spawn().await;
+    let mut request = charge_request("order-3:charge");
+    request.payment_method = "pm_card_chargeDeclinedInsufficientFunds".into();
+    let first = app.charge(request.clone()).await.unwrap();
+    assert_eq!(outcome_of(&first), ChargeOutcome::Applied);
+    assert_eq!(status_of(&first), AttemptStatus::Failed);
+    assert_eq!(first.attempt.as_ref().unwrap().failure_code, "insufficient_funds");
+
+    let again = app.charge(request).await.unwrap();
+    assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);
+    assert_eq!(status_of(&again), AttemptStatus::Failed);
+    assert_eq!(creates_sent(&app).await, 1, "the decision is not re-run");
+}
+
+#[tokio::test]
+async fn same_key_with_different_parameters_is_rejected_and_nothing_changes() {
+    let app = TestApp::spawn().await;
+    let first = app.charge(charge_request("order-4:charge")).await.unwrap();
+    let mut changed = charge_request("order-4:charge");
+    changed.amount_minor = 2_000;
+    changed.currency = "eur".into();
+    let error = app.charge(changed).await.unwrap_err();
+    assert_eq!(error.code(), Code::FailedPrecondition);
+    assert_eq!(error_code(&error), "operation_mismatch");
+    assert!(error.message().contains("order-4:charge"), "{}", error.message());
+    assert!(error.message().contains("amount_minor") && error.message().contains("currency"), "{}", error.message());
+
+    let mut client = app.client().await;
+    let stored = client
+        .get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector: Some(Selector::OperationKey("order-4:charge".into())) }))
+        .await
+        .unwrap()
+        .into_inner()
+        .attempt;
+    assert_eq!(stored, first.attempt);
+    assert_eq!(creates_sent(&app).await, 1);
+}
+
+#[tokio::test]
+async fn fifty_concurrent_identical_calls_make_one_provider_object() {
+    let app = TestApp::spawn().await;
+    // Slow creates keep the first call in flight while the others arrive.
+    app.sim().set_fault("create_payment_intent", FaultSpec::next(1, FaultKind::Latency { ms: 300 })).await;
+    let calls = (0..50).map(|_| {
+        let app = &app;
+        async move { app.charge(charge_request("order-5:charge")).await }
+    });
+    let responses = futures::future::join_all(calls).await;
+    let responses: Vec<_> = responses.into_iter().map(|r| r.expect("every caller gets the outcome")).collect();
+    let ids: std::collections::HashSet<_> = responses.iter().map(|r| r.attempt.as_ref().unwrap().attempt_id.clone()).collect();
+    assert_eq!(ids.len(), 1, "all callers see one attempt");
+    assert!(responses.iter().all(|r| status_of(r) == AttemptStatus::Succeeded));
+    assert_eq!(responses.iter().filter(|r| outcome_of(r) == ChargeOutcome::Applied).count(), 1);
+    assert_eq!(intents_at_provider(&app).await, 1);
+    assert_eq!(creates_sent(&app).await, 1);
+}
+
+#[tokio::test]
+async fn a_500_before_apply_leaves_the_attempt_pending_and_the_retry_applies_once() {
+    let app = TestApp::spawn().await;
+    app.sim().set_fault("create_payment_intent", FaultSpec::next(1, FaultKind::FailBeforeApply)).await;
+    let error = app.charge(charge_request("order-6:charge")).await.unwrap_err();
+    assert_eq!(error.code(), Code::Unavailable);
+    assert_eq!(error_code(&error), "outcome_unknown");
+    assert!(error.message().contains("safe to retry"), "{}", error.message());
+    assert_eq!(intents_at_provider(&app).await, 0);
+
+    let retry = app.charge(charge_request("order-6:charge")).await.unwrap();
+    assert_eq!(outcome_of(&retry), ChargeOutcome::Reconciled);
+    assert_eq!(status_of(&retry), AttemptStatus::Succeeded);
+    assert_eq!(intents_at_provider(&app).await, 1);
+}
+
+async fn applied_then_lost_is_adopted_on_retry(kind: FaultKind, operation: &str) {
+    let app = TestApp::spawn().await;
+    app.sim().set_fault("create_payment_intent", FaultSpec::next(1, kind)).await;
+    let error = app.charge(charge_request(operation)).await.unwrap_err();
+    assert_eq!(error.code(), Code::Unavailable, "{error:?}");
+    assert_eq!(intents_at_provider(&app).await, 1, "the provider applied it");
+
+    let retry = app.charge(charge_request(operation)).await.unwrap();
+    assert_eq!(outcome_of(&retry), ChargeOutcome::Reconciled);
+    assert_eq!(status_of(&retry), AttemptStatus::Succeeded);
+    let ledger = app.sim().ledger().await;
+    assert_eq!(ledger.payment_intents.len(), 1, "the retry adopted the existing charge");
+    assert_eq!(retry.attempt.unwrap().provider_payment_id, ledger.payment_intents[0].id);
+    let replayed = app.sim().requests().await.iter().filter(|r| r.path == "/v1/payment_intents" && r.replayed).count();
+    assert_eq!(replayed, 1, "the retry was answered from the provider's idempotency store");
+}
+
+#[tokio::test]
+async fn apply_then_500_is_adopted_on_retry() {
+    applied_then_lost_is_adopted_on_retry(FaultKind::ApplyThenFail, "order-7:charge").await;
+}
+
+#[tokio::test]
+async fn apply_then_dropped_connection_is_adopted_on_retry() {
+    applied_then_lost_is_adopted_on_retry(FaultKind::ApplyThenDrop, "order-8:charge").await;
+}
+
+#[tokio::test]
+async fn a_provider_timeout_is_an_unknown_outcome() {
+    let app = TestApp::spawn().await;
+    app.sim().set_fault("create_payment_intent", FaultSpec::next(1, FaultKind::Latency { ms: 1_500 })).await;
+    let error = app.charge(charge_request("order-9:charge")).await.unwrap_err();
+    assert_eq!(error.code(), Code::Unavailable);
+    let mut client = app.client().await;
+    let stored = client
+        .get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector: Some(Selector::OperationKey("order-9:charge".into())) }))
+        .await
+        .unwrap()
+        .into_inner()
+        .attempt
+        .unwrap();
+    assert_eq!(AttemptStatus::try_from(stored.status).unwrap(), AttemptStatus::Pending);
+    // The slow create completed at the provider meanwhile; the retry adopts it.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let retry = app.charge(charge_request("order-9:charge")).await.unwrap();
+    assert_eq!(status_of(&retry), AttemptStatus::Succeeded);
+    assert_eq!(intents_at_provider(&app).await, 1);
+}
+
+#[tokio::test]
+async fn authentication_required_leaves_the_attempt_waiting_for_the_customer() {
+    let app = TestApp::spawn().await;
+    let mut request = charge_request("order-10:charge");
+    request.payment_method = "pm_card_authenticationRequired".into();
+    let response = app.charge(request).await.unwrap();
+    assert_eq!(status_of(&response), AttemptStatus::RequiresAction);
+    let attempt = response.attempt.unwrap();
+    let action = attempt.next_action.expect("the customer is told what to do");
+    assert!(!action.r#type.is_empty());
+    assert!(attempt.provider_payment_id.starts_with("pi_"));
+}
+
+#[tokio::test]
+async fn callers_must_authenticate_and_see_only_their_own_attempts() {
+    let app = TestApp::spawn().await;
+    let mut client = app.client().await;
+    let missing = client.charge(tonic::Request::new(charge_request("order-11:charge"))).await.unwrap_err();
+    assert_eq!(missing.code(), Code::Unauthenticated);
+    let wrong = client.charge(authed("not-a-token", charge_request("order-11:charge"))).await.unwrap_err();
+    assert_eq!(wrong.code(), Code::Unauthenticated);
+    assert!(!wrong.message().contains("not-a-token"), "the token is never echoed");
+    assert_eq!(app.attempt_rows().await, 0);
+
+    let orders = app.charge(charge_request("order-11:charge")).await.unwrap().attempt.unwrap();
+    let by_id = client
+        .get_attempt(authed(BILLING_TOKEN, GetAttemptRequest { selector: Some(Selector::AttemptId(orders.attempt_id.clone())) }))
+        .await
+        .unwrap_err();
+    assert_eq!(by_id.code(), Code::NotFound);
+    let listed = client.list_attempts(authed(BILLING_TOKEN, ListAttemptsRequest::default())).await.unwrap().into_inner();
+    assert!(listed.attempts.is_empty());
+
+    // The same operation key of another consumer is another operation, with another key.
+    let billing = app.charge_as(BILLING_TOKEN, charge_request("order-11:charge")).await.unwrap();
+    assert_eq!(outcome_of(&billing), ChargeOutcome::Applied);
+    let billing = billing.attempt.unwrap();
+    assert_eq!(billing.consumer, "billing");
+    assert_ne!(billing.idempotency_key, orders.idempotency_key);
+    assert_eq!(app.sim().ledger().await.payment_intents.len(), 2);
+}
+
+#[tokio::test]
+async fn each_invalid_field_is_named_and_nothing_is_written_or_charged() {
+    let app = TestApp::spawn().await;
+    type Edit = fn(&mut proto::ChargeRequest);
+    let cases: Vec<(&str, Edit)> = vec![
+        ("operation_key", |r| r.operation_key = String::new()),
+        ("operation_key", |r| r.operation_key = "k".repeat(201)),
+        ("operation_key", |r| r.operation_key = "line\nbreak".into()),
+        ("amount_minor", |r| r.amount_minor = 0),
+        ("amount_minor", |r| r.amount_minor = -5),
+        ("amount_minor", |r| r.amount_minor = 100_000_000),
+        ("currency", |r| r.currency = String::new()),
+        ("currency", |r| r.currency = "usdollars".into()),
+        ("currency", |r| r.currency = "xyz".into()),
+        ("payment_method", |r| r.payment_method = String::new()),
+        ("payment_method", |r| r.payment_method = "pm card".into()),
+        ("customer", |r| r.customer = Some(String::new())),
+        ("customer", |r| r.customer = Some("cus/../x".into())),
+        ("description", |r| r.description = Some("d".repeat(1001))),
+        ("metadata", |r| { r.metadata.insert("chargeguard_attempt_id".into(), "x".into()); }),
+        ("metadata", |r| { r.metadata.insert("k".repeat(41), "x".into()); }),
+        ("metadata", |r| { r.metadata.insert("big".into(), "v".repeat(501)); }),
+        ("metadata", |r| { for i in 0..60 { r.metadata.insert(format!("k{i}"), "v".into()); } }),
+    ];
+    for (field, edit) in cases {
+        let mut request = charge_request("order-12:charge");
+        edit(&mut request);
+        let error = app.charge(request).await.unwrap_err();
+        assert_eq!(error.code(), Code::InvalidArgument, "{field}: {error:?}");
+        assert!(error.message().contains(field), "message {:?} names {field}", error.message());
+    }
+    assert_eq!(app.attempt_rows().await, 0, "nothing written");
+    assert!(app.sim().requests().await.is_empty(), "nothing sent to the provider");
+}
+
+#[tokio::test]
+async fn attempts_are_listed_newest_first_in_bounded_pages() {
+    let app = TestApp::spawn().await;
+    for index in 0..5 {
+        let mut request = charge_request(&format!("order-list-{index}"));
+        if index == 2 {
+            request.payment_method = "pm_card_chargeDeclined".into();
+        }
+        app.charge(request).await.unwrap();
+    }
+    let mut client = app.client().await;
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list_attempts(authed(ORDERS_TOKEN, ListAttemptsRequest { page_size: 2, page_token: token.clone(), ..Default::default() }))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.attempts.len() <= 2);
+        seen.extend(page.attempts.into_iter().map(|a| a.operation_key));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let expected: Vec<String> = (0..5).rev().map(|i| format!("order-list-{i}")).collect();
+    assert_eq!(seen, expected);
+
+    let failed = client
+        .list_attempts(authed(ORDERS_TOKEN, ListAttemptsRequest { status: AttemptStatus::Failed as i32, ..Default::default() }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(failed.attempts.len(), 1);
+    assert_eq!(failed.attempts[0].operation_key, "order-list-2");
+
+    let too_big = client
+        .list_attempts(authed(ORDERS_TOKEN, ListAttemptsRequest { page_size: 100_000, ..Default::default() }))
+        .await
+        .unwrap_err();
+    assert_eq!(too_big.code(), Code::InvalidArgument);
+    assert!(too_big.message().contains("page_size"));
+    let bad_token = client
+        .list_attempts(authed(ORDERS_TOKEN, ListAttemptsRequest { page_token: "garbage".into(), ..Default::default() }))
+        .await
+        .unwrap_err();
+    assert!(bad_token.message().contains("page_token"));
+}

@@ -1,0 +1,166 @@
+//! Spawns the real application: a fresh PostgreSQL database, the in-process Stripe simulator on
+//! port 0, chargeguard's gRPC and HTTP servers on port 0, and a real async-stripe client inside.
+
+pub mod database;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chargeguard::clock::OffsetClock;
+use chargeguard::config::{Config, ConsumerConfig};
+use chargeguard::grpc::hash_token;
+use chargeguard::grpc::proto::payments_client::PaymentsClient;
+use chargeguard::grpc::proto::{self, ChargeRequest, ChargeResponse};
+use chargeguard::secret::Secret;
+use chargeguard::simulator::{self, SimControl, SimulatorConfig, SimulatorHandle};
+use chargeguard::startup::Application;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use tonic::{Request, Status};
+
+pub use database::TestDatabase;
+
+pub const ORDERS_TOKEN: &str = "orders-token-0123456789";
+pub const BILLING_TOKEN: &str = "billing-token-0123456789";
+pub const SIM_API_KEY: &str = "sk_test_chargeguard";
+
+pub struct TestApp {
+    pub grpc_addr: std::net::SocketAddr,
+    pub http_addr: std::net::SocketAddr,
+    pub database: TestDatabase,
+    pub simulator: SimulatorHandle,
+    pub clock: Arc<OffsetClock>,
+    pub orchestrator: chargeguard::orchestrator::Orchestrator,
+    shutdown: CancellationToken,
+    server: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+/// Short timeouts so that tests of unknown outcomes and leases run in seconds.
+pub fn test_config(database_url: &str, simulator_url: &str) -> Config {
+    let mut config = Config::default();
+    config.server.grpc_listen = "127.0.0.1:0".parse().unwrap();
+    config.server.http_listen = "127.0.0.1:0".parse().unwrap();
+    config.database.url = Some(Secret::new(database_url));
+    config.provider.api_key = Some(Secret::new(SIM_API_KEY));
+    config.provider.base_url = Some(simulator_url.to_owned());
+    config.provider.call_timeout_ms = 1_000;
+    config.charge.lease_ms = 2_500;
+    config.charge.recovery_grace_ms = 2_500;
+    config.charge.concurrent_wait_ms = 5_000;
+    config.consumers = vec![
+        ConsumerConfig { name: "orders".into(), token_sha256: hash_token(ORDERS_TOKEN) },
+        ConsumerConfig { name: "billing".into(), token_sha256: hash_token(BILLING_TOKEN) },
+    ];
+    config
+}
+
+impl TestApp {
+    pub async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    pub async fn spawn_with(customize: impl FnOnce(&mut Config)) -> Self {
+        let simulator = spawn_simulator(SimulatorConfig::default()).await;
+        let database = TestDatabase::create().await;
+        Self::spawn_on(database, simulator, customize).await
+    }
+
+    pub async fn spawn_on(
+        database: TestDatabase,
+        simulator: SimulatorHandle,
+        customize: impl FnOnce(&mut Config),
+    ) -> Self {
+        let mut config = test_config(&database.url, &simulator.base_url());
+        customize(&mut config);
+        let clock = Arc::new(OffsetClock::default());
+        let app = Application::build(config, clock.clone()).await.expect("application builds");
+        let grpc_addr = app.grpc_addr();
+        let http_addr = app.http_addr();
+        let orchestrator = app.orchestrator().clone();
+        let shutdown = app.shutdown_token();
+        let server = tokio::spawn(app.run());
+        Self { grpc_addr, http_addr, database, simulator, clock, orchestrator, shutdown, server: Some(server) }
+    }
+
+    pub fn sim(&self) -> SimControl {
+        self.simulator.control()
+    }
+
+    pub async fn client(&self) -> PaymentsClient<Channel> {
+        let endpoint = format!("http://{}", self.grpc_addr);
+        PaymentsClient::connect(endpoint).await.expect("gRPC connects")
+    }
+
+    /// Charges as the `orders` consumer.
+    pub async fn charge(&self, request: ChargeRequest) -> Result<ChargeResponse, Status> {
+        self.charge_as(ORDERS_TOKEN, request).await
+    }
+
+    pub async fn charge_as(&self, token: &str, request: ChargeRequest) -> Result<ChargeResponse, Status> {
+        let mut client = self.client().await;
+        client.charge(authed(token, request)).await.map(|response| response.into_inner())
+    }
+
+    /// Rows in payment_attempts, counted in the database itself.
+    pub async fn attempt_rows(&self) -> i64 {
+        let pool = sqlx::PgPool::connect(&self.database.url).await.unwrap();
+        let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM payment_attempts").fetch_one(&pool).await.unwrap();
+        pool.close().await;
+        count
+    }
+
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub async fn spawn_simulator(config: SimulatorConfig) -> SimulatorHandle {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    simulator::spawn(config, listener).await.expect("simulator starts")
+}
+
+pub fn authed<T>(token: &str, message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+/// A valid request for `operation_key`: 1000 usd minor units with a card that succeeds.
+pub fn charge_request(operation_key: &str) -> ChargeRequest {
+    ChargeRequest {
+        operation_key: operation_key.to_owned(),
+        amount_minor: 1_000,
+        currency: "usd".to_owned(),
+        payment_method: "pm_card_visa".to_owned(),
+        customer: None,
+        description: Some("test order".to_owned()),
+        metadata: [("order_id".to_owned(), operation_key.to_owned())].into(),
+    }
+}
+
+pub fn status_of(response: &ChargeResponse) -> proto::AttemptStatus {
+    proto::AttemptStatus::try_from(response.attempt.as_ref().unwrap().status).unwrap()
+}
+
+pub fn outcome_of(response: &ChargeResponse) -> proto::ChargeOutcome {
+    proto::ChargeOutcome::try_from(response.outcome).unwrap()
+}
+
+pub fn error_code(status: &Status) -> String {
+    status
+        .metadata()
+        .get(chargeguard::grpc::ERROR_CODE_METADATA)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
