@@ -11,6 +11,7 @@ pub mod http;
 pub mod orchestrator;
 pub mod provider;
 pub mod secret;
+pub mod simulator;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

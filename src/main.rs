@@ -29,6 +29,8 @@ enum Command {
     Serve(ServeArgs),
     /// Applies database migrations and exits.
     Migrate,
+    /// Runs the Stripe-compatible simulator alone (no Stripe account needed).
+    StripeSim(chargeguard::simulator::cli::SimArgs),
     /// Prints the SHA-256 of a bearer token, as `consumers[].token_sha256` wants it.
     HashToken {
         /// Read from standard input when omitted, so the token stays out of shell history.
@@ -105,6 +107,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             store.migrate().await?;
             println!("migrations applied");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::StripeSim(args) => {
+            chargeguard::simulator::cli::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::HashToken { token } => {

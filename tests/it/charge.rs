@@ -2,17 +2,17 @@
 //! PostgreSQL and the simulator, counting charges at the provider through its ledger.
 
 use chargeguard::grpc::proto::{self, AttemptStatus, ChargeOutcome, GetAttemptRequest, ListAttemptsRequest, get_attempt_request::Selector};
-use chargeguard::simulator::{FaultKind, FaultSpec};
+use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
 use tonic::Code;
 
 use crate::support::{BILLING_TOKEN, ORDERS_TOKEN, TestApp, authed, charge_request, error_code, outcome_of, status_of};
 
 async fn creates_sent(app: &TestApp) -> usize {
-    app.sim().requests().await.iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").count()
+    app.sim().requests().await.unwrap().iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").count()
 }
 
 async fn intents_at_provider(app: &TestApp) -> usize {
-    app.sim().ledger().await.payment_intents.len()
+    app.sim().ledger().await.unwrap().payment_intents.len()
 }
 
 #[tokio::test]
@@ -27,7 +27,7 @@ async fn first_charge_is_applied_once_with_the_derived_key_and_metadata() {
     assert_eq!(attempt.provider_calls, 1);
     assert!(attempt.provider_payment_id.starts_with("pi_"));
 
-    let ledger = app.sim().ledger().await;
+    let ledger = app.sim().ledger().await.unwrap();
     assert_eq!(ledger.payment_intents.len(), 1);
     let intent = &ledger.payment_intents[0];
     assert_eq!(intent.id, attempt.provider_payment_id);
@@ -93,7 +93,7 @@ async fn same_key_with_different_parameters_is_rejected_and_nothing_changes() {
 async fn fifty_concurrent_identical_calls_make_one_provider_object() {
     let app = TestApp::spawn().await;
     // Slow creates keep the first call in flight while the others arrive.
-    app.sim().set_fault("create_payment_intent", FaultSpec::next(1, FaultKind::Latency { ms: 300 })).await;
+    app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(300), 1)).await.unwrap();
     let calls = (0..50).map(|_| {
         let app = &app;
         async move { app.charge(charge_request("order-5:charge")).await }
@@ -111,7 +111,7 @@ async fn fifty_concurrent_identical_calls_make_one_provider_object() {
 #[tokio::test]
 async fn a_500_before_apply_leaves_the_attempt_pending_and_the_retry_applies_once() {
     let app = TestApp::spawn().await;
-    app.sim().set_fault("create_payment_intent", FaultSpec::next(1, FaultKind::FailBeforeApply)).await;
+    app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::FailBeforeApply, 1)).await.unwrap();
     let error = app.charge(charge_request("order-6:charge")).await.unwrap_err();
     assert_eq!(error.code(), Code::Unavailable);
     assert_eq!(error_code(&error), "outcome_unknown");
@@ -126,7 +126,7 @@ async fn a_500_before_apply_leaves_the_attempt_pending_and_the_retry_applies_onc
 
 async fn applied_then_lost_is_adopted_on_retry(kind: FaultKind, operation: &str) {
     let app = TestApp::spawn().await;
-    app.sim().set_fault("create_payment_intent", FaultSpec::next(1, kind)).await;
+    app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(kind, 1)).await.unwrap();
     let error = app.charge(charge_request(operation)).await.unwrap_err();
     assert_eq!(error.code(), Code::Unavailable, "{error:?}");
     assert_eq!(intents_at_provider(&app).await, 1, "the provider applied it");
@@ -134,10 +134,10 @@ async fn applied_then_lost_is_adopted_on_retry(kind: FaultKind, operation: &str)
     let retry = app.charge(charge_request(operation)).await.unwrap();
     assert_eq!(outcome_of(&retry), ChargeOutcome::Reconciled);
     assert_eq!(status_of(&retry), AttemptStatus::Succeeded);
-    let ledger = app.sim().ledger().await;
+    let ledger = app.sim().ledger().await.unwrap();
     assert_eq!(ledger.payment_intents.len(), 1, "the retry adopted the existing charge");
     assert_eq!(retry.attempt.unwrap().provider_payment_id, ledger.payment_intents[0].id);
-    let replayed = app.sim().requests().await.iter().filter(|r| r.path == "/v1/payment_intents" && r.replayed).count();
+    let replayed = app.sim().requests().await.unwrap().iter().filter(|r| r.path == "/v1/payment_intents" && r.replayed).count();
     assert_eq!(replayed, 1, "the retry was answered from the provider's idempotency store");
 }
 
@@ -154,7 +154,7 @@ async fn apply_then_dropped_connection_is_adopted_on_retry() {
 #[tokio::test]
 async fn a_provider_timeout_is_an_unknown_outcome() {
     let app = TestApp::spawn().await;
-    app.sim().set_fault("create_payment_intent", FaultSpec::next(1, FaultKind::Latency { ms: 1_500 })).await;
+    app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(1_500), 1)).await.unwrap();
     let error = app.charge(charge_request("order-9:charge")).await.unwrap_err();
     assert_eq!(error.code(), Code::Unavailable);
     let mut client = app.client().await;
@@ -212,7 +212,7 @@ async fn callers_must_authenticate_and_see_only_their_own_attempts() {
     let billing = billing.attempt.unwrap();
     assert_eq!(billing.consumer, "billing");
     assert_ne!(billing.idempotency_key, orders.idempotency_key);
-    assert_eq!(app.sim().ledger().await.payment_intents.len(), 2);
+    assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2);
 }
 
 #[tokio::test]
@@ -247,7 +247,7 @@ async fn each_invalid_field_is_named_and_nothing_is_written_or_charged() {
         assert!(error.message().contains(field), "message {:?} names {field}", error.message());
     }
     assert_eq!(app.attempt_rows().await, 0, "nothing written");
-    assert!(app.sim().requests().await.is_empty(), "nothing sent to the provider");
+    assert!(app.sim().requests().await.unwrap().is_empty(), "nothing sent to the provider");
 }
 
 #[tokio::test]

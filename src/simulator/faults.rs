@@ -1,0 +1,327 @@
+//! Fault injection: what goes wrong, on which endpoint, and when.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// A `/v1` endpoint of the simulator, named as faults and the request log name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    CreatePaymentIntent,
+    RetrievePaymentIntent,
+    CancelPaymentIntent,
+    ListPaymentIntents,
+    SearchPaymentIntents,
+    CreateRefund,
+    RetrieveRefund,
+    ListRefunds,
+}
+
+impl Endpoint {
+    pub const ALL: [Endpoint; 8] = [
+        Self::CreatePaymentIntent,
+        Self::RetrievePaymentIntent,
+        Self::CancelPaymentIntent,
+        Self::ListPaymentIntents,
+        Self::SearchPaymentIntents,
+        Self::CreateRefund,
+        Self::RetrieveRefund,
+        Self::ListRefunds,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CreatePaymentIntent => "create_payment_intent",
+            Self::RetrievePaymentIntent => "retrieve_payment_intent",
+            Self::CancelPaymentIntent => "cancel_payment_intent",
+            Self::ListPaymentIntents => "list_payment_intents",
+            Self::SearchPaymentIntents => "search_payment_intents",
+            Self::CreateRefund => "create_refund",
+            Self::RetrieveRefund => "retrieve_refund",
+            Self::ListRefunds => "list_refunds",
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which endpoints a fault applies to: one, or every one (`*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum FaultTarget {
+    All,
+    Endpoint(Endpoint),
+}
+
+impl From<Endpoint> for FaultTarget {
+    fn from(endpoint: Endpoint) -> Self {
+        Self::Endpoint(endpoint)
+    }
+}
+
+impl fmt::Display for FaultTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::All => f.write_str("*"),
+            Self::Endpoint(endpoint) => f.write_str(endpoint.as_str()),
+        }
+    }
+}
+
+impl FromStr for FaultTarget {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        if name == "*" {
+            return Ok(Self::All);
+        }
+        Endpoint::ALL
+            .into_iter()
+            .find(|endpoint| endpoint.as_str() == name)
+            .map(Self::Endpoint)
+            .ok_or_else(|| format!("unknown endpoint {name:?}"))
+    }
+}
+
+impl TryFrom<String> for FaultTarget {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        name.parse()
+    }
+}
+
+impl From<FaultTarget> for String {
+    fn from(target: FaultTarget) -> String {
+        target.to_string()
+    }
+}
+
+/// What goes wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// The request is executed normally after this many milliseconds (while its idempotency
+    /// key is held, so a concurrent request with the key gets 409).
+    Latency(u64),
+    /// 500, nothing applied, nothing saved under the idempotency key.
+    FailBeforeApply,
+    /// Applied and saved under the key (a retry replays the real answer), then 500.
+    ApplyThenFail,
+    /// Applied and saved under the key, then the TCP connection is dropped with no response.
+    ApplyThenDrop,
+}
+
+/// When a fault fires.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultTrigger {
+    /// The next `count` matching requests.
+    Next(u32),
+    /// Each matching request with this probability, drawn from the seeded RNG.
+    Probability(f64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FaultSpec {
+    pub kind: FaultKind,
+    pub trigger: FaultTrigger,
+}
+
+impl FaultSpec {
+    pub fn next(kind: FaultKind, count: u32) -> Self {
+        Self {
+            kind,
+            trigger: FaultTrigger::Next(count),
+        }
+    }
+
+    pub fn probability(kind: FaultKind, probability: f64) -> Self {
+        Self {
+            kind,
+            trigger: FaultTrigger::Probability(probability),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct FaultRule {
+    target: FaultTarget,
+    spec: FaultSpec,
+}
+
+/// The installed faults. A rule for the endpoint wins over a `*` rule.
+#[derive(Debug)]
+pub struct FaultTable {
+    rules: Vec<FaultRule>,
+    rules_max: usize,
+    latency_ms_max: u64,
+}
+
+impl FaultTable {
+    pub fn new(rules_max: usize, latency_ms_max: u64) -> Self {
+        Self {
+            rules: Vec::new(),
+            rules_max,
+            latency_ms_max,
+        }
+    }
+
+    /// Installs (or replaces) the rule for `target`.
+    pub fn set(&mut self, target: FaultTarget, spec: FaultSpec) -> Result<(), String> {
+        match spec.trigger {
+            FaultTrigger::Next(0) => return Err("a fault must fire at least once".into()),
+            FaultTrigger::Probability(p) if !(0.0..=1.0).contains(&p) => {
+                return Err("probability must be within 0..=1".into());
+            }
+            _ => {}
+        }
+        if let FaultKind::Latency(ms) = spec.kind
+            && ms > self.latency_ms_max
+        {
+            return Err(format!("latency is limited to {} ms", self.latency_ms_max));
+        }
+        self.rules.retain(|rule| rule.target != target);
+        if self.rules.len() >= self.rules_max {
+            return Err(format!("at most {} fault rules", self.rules_max));
+        }
+        self.rules.push(FaultRule { target, spec });
+        Ok(())
+    }
+
+    pub fn clear(&mut self) {
+        self.rules.clear();
+    }
+
+    pub fn list(&self) -> Vec<(FaultTarget, FaultSpec)> {
+        self.rules
+            .iter()
+            .map(|rule| (rule.target, rule.spec))
+            .collect()
+    }
+
+    /// Decides whether this request of `endpoint` gets a fault, consuming a `Next` count.
+    pub fn draw(&mut self, endpoint: Endpoint, rng: &mut ChaCha8Rng) -> Option<FaultKind> {
+        let index = self
+            .rules
+            .iter()
+            .position(|rule| rule.target == FaultTarget::Endpoint(endpoint))
+            .or_else(|| {
+                self.rules
+                    .iter()
+                    .position(|rule| rule.target == FaultTarget::All)
+            })?;
+        let rule = &mut self.rules[index];
+        let kind = rule.spec.kind;
+        match &mut rule.spec.trigger {
+            FaultTrigger::Next(count) => {
+                *count -= 1;
+                if *count == 0 {
+                    self.rules.remove(index);
+                }
+                Some(kind)
+            }
+            FaultTrigger::Probability(p) => rng.gen_bool(*p).then_some(kind),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::*;
+
+    #[test]
+    fn next_count_is_consumed_and_endpoint_rule_wins() {
+        let mut table = FaultTable::new(8, 1000);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        table
+            .set(
+                FaultTarget::All,
+                FaultSpec::next(FaultKind::ApplyThenFail, 5),
+            )
+            .unwrap();
+        table
+            .set(
+                Endpoint::CreateRefund.into(),
+                FaultSpec::next(FaultKind::FailBeforeApply, 1),
+            )
+            .unwrap();
+        assert_eq!(
+            table.draw(Endpoint::CreateRefund, &mut rng),
+            Some(FaultKind::FailBeforeApply)
+        );
+        assert_eq!(
+            table.draw(Endpoint::CreateRefund, &mut rng),
+            Some(FaultKind::ApplyThenFail)
+        );
+        assert_eq!(
+            table.list(),
+            vec![(
+                FaultTarget::All,
+                FaultSpec::next(FaultKind::ApplyThenFail, 4)
+            )]
+        );
+    }
+
+    #[test]
+    fn probability_draws_repeat_with_the_seed() {
+        let draws = |seed| {
+            let mut table = FaultTable::new(8, 1000);
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            table
+                .set(
+                    FaultTarget::All,
+                    FaultSpec::probability(FaultKind::FailBeforeApply, 0.5),
+                )
+                .unwrap();
+            (0..64)
+                .map(|_| {
+                    table
+                        .draw(Endpoint::CreatePaymentIntent, &mut rng)
+                        .is_some()
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draws(7), draws(7));
+        assert!(draws(7).contains(&true) && draws(7).contains(&false));
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        let mut table = FaultTable::new(8, 1000);
+        assert!(
+            table
+                .set(
+                    FaultTarget::All,
+                    FaultSpec::next(FaultKind::FailBeforeApply, 0)
+                )
+                .is_err()
+        );
+        assert!(
+            table
+                .set(
+                    FaultTarget::All,
+                    FaultSpec::probability(FaultKind::FailBeforeApply, 1.5)
+                )
+                .is_err()
+        );
+        assert!(
+            table
+                .set(
+                    FaultTarget::All,
+                    FaultSpec::next(FaultKind::Latency(1001), 1)
+                )
+                .is_err()
+        );
+        assert_eq!("*".parse::<FaultTarget>(), Ok(FaultTarget::All));
+        assert!("create_charge".parse::<FaultTarget>().is_err());
+    }
+}

@@ -1,0 +1,286 @@
+//! The simulator's objects and their Stripe JSON. Every rendering carries the fields
+//! async-stripe requires (non-`Option` fields of its generated types).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::wire::{ApiError, ErrorType};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentIntentStatus {
+    RequiresPaymentMethod,
+    RequiresConfirmation,
+    RequiresAction,
+    Processing,
+    Succeeded,
+    Canceled,
+}
+
+impl PaymentIntentStatus {
+    pub const ALL: [Self; 6] = [
+        Self::RequiresPaymentMethod,
+        Self::RequiresConfirmation,
+        Self::RequiresAction,
+        Self::Processing,
+        Self::Succeeded,
+        Self::Canceled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RequiresPaymentMethod => "requires_payment_method",
+            Self::RequiresConfirmation => "requires_confirmation",
+            Self::RequiresAction => "requires_action",
+            Self::Processing => "processing",
+            Self::Succeeded => "succeeded",
+            Self::Canceled => "canceled",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == name)
+    }
+}
+
+/// How a payment method behaves when a payment intent is confirmed with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CardBehaviour {
+    Succeeds,
+    Declines {
+        code: &'static str,
+        decline_code: &'static str,
+        message: &'static str,
+    },
+    RequiresAction,
+    /// `processing`, then settles after the configured delay.
+    Processing {
+        settles: Settlement,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    Succeeds,
+    Fails,
+}
+
+/// Stripe's test payment methods that the simulator knows, plus two of its own for
+/// asynchronous settlement.
+pub fn test_payment_method(name: &str) -> Option<CardBehaviour> {
+    const DECLINED: &str = "Your card was declined.";
+    Some(match name {
+        "pm_card_visa" | "pm_card_visa_debit" | "pm_card_mastercard" | "pm_card_amex" => {
+            CardBehaviour::Succeeds
+        }
+        "pm_card_chargeDeclined" => CardBehaviour::Declines {
+            code: "card_declined",
+            decline_code: "generic_decline",
+            message: DECLINED,
+        },
+        "pm_card_chargeDeclinedInsufficientFunds" => CardBehaviour::Declines {
+            code: "card_declined",
+            decline_code: "insufficient_funds",
+            message: "Your card has insufficient funds.",
+        },
+        "pm_card_chargeDeclinedFraudulent" => CardBehaviour::Declines {
+            code: "card_declined",
+            decline_code: "fraudulent",
+            message: DECLINED,
+        },
+        "pm_card_chargeDeclinedExpiredCard" => CardBehaviour::Declines {
+            code: "expired_card",
+            decline_code: "expired_card",
+            message: "Your card has expired.",
+        },
+        "pm_card_authenticationRequired" | "pm_card_threeDSecure2Required" => {
+            CardBehaviour::RequiresAction
+        }
+        "pm_sim_processing_succeeds" => CardBehaviour::Processing {
+            settles: Settlement::Succeeds,
+        },
+        "pm_sim_processing_fails" => CardBehaviour::Processing {
+            settles: Settlement::Fails,
+        },
+        _ => return None,
+    })
+}
+
+/// How an object came to exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Through `/v1`.
+    Api,
+    /// Seeded through `/_sim` (never through the idempotency layer).
+    Control,
+}
+
+#[derive(Debug, Clone)]
+pub struct PaymentIntent {
+    pub seq: u64,
+    pub id: String,
+    pub amount: i64,
+    pub amount_received: i64,
+    pub amount_refunded: i64,
+    pub currency: String,
+    pub status: PaymentIntentStatus,
+    pub metadata: BTreeMap<String, String>,
+    pub created: i64,
+    pub description: Option<String>,
+    pub customer: Option<String>,
+    pub payment_method: Option<String>,
+    pub capture_method: String,
+    pub client_secret: String,
+    pub return_url: Option<String>,
+    pub next_action: Option<Value>,
+    pub last_payment_error: Option<Value>,
+    pub latest_charge: Option<String>,
+    pub canceled_at: Option<i64>,
+    pub cancellation_reason: Option<String>,
+    /// The idempotency key of the request that created it.
+    pub idempotency_key: Option<String>,
+    pub origin: Origin,
+    /// When a `processing` intent settles (sim clock), and how.
+    pub settlement: Option<(i64, Settlement)>,
+}
+
+impl PaymentIntent {
+    pub fn render(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "payment_intent",
+            "amount": self.amount,
+            "amount_capturable": 0,
+            "amount_received": self.amount_received,
+            "application": null,
+            "application_fee_amount": null,
+            "automatic_payment_methods": null,
+            "canceled_at": self.canceled_at,
+            "cancellation_reason": self.cancellation_reason,
+            "capture_method": self.capture_method,
+            "client_secret": self.client_secret,
+            "confirmation_method": "automatic",
+            "created": self.created,
+            "currency": self.currency,
+            "customer": self.customer,
+            "description": self.description,
+            "last_payment_error": self.last_payment_error,
+            "latest_charge": self.latest_charge,
+            "livemode": false,
+            "metadata": self.metadata,
+            "next_action": self.next_action,
+            "on_behalf_of": null,
+            "payment_method": self.payment_method,
+            "payment_method_types": ["card"],
+            "processing": null,
+            "receipt_email": null,
+            "review": null,
+            "setup_future_usage": null,
+            "shipping": null,
+            "source": null,
+            "statement_descriptor": null,
+            "statement_descriptor_suffix": null,
+            "status": self.status.as_str(),
+            "transfer_data": null,
+            "transfer_group": null,
+        })
+    }
+
+    /// The charge behind a succeeded intent, as `charge.refunded` carries it.
+    pub fn render_charge(&self) -> Option<Value> {
+        let charge = self.latest_charge.as_ref()?;
+        Some(json!({
+            "id": charge,
+            "object": "charge",
+            "amount": self.amount,
+            "amount_captured": self.amount_received,
+            "amount_refunded": self.amount_refunded,
+            "billing_details": {"address": null, "email": null, "name": null, "phone": null, "tax_id": null},
+            "captured": self.amount_received > 0,
+            "created": self.created,
+            "currency": self.currency,
+            "customer": self.customer,
+            "description": self.description,
+            "disputed": false,
+            "livemode": false,
+            "metadata": self.metadata,
+            "paid": self.status == PaymentIntentStatus::Succeeded,
+            "payment_intent": self.id,
+            "payment_method": self.payment_method,
+            "refunded": self.amount_refunded > 0 && self.amount_refunded >= self.amount_received,
+            "status": if self.amount_received > 0 { "succeeded" } else { "failed" },
+        }))
+    }
+
+    /// The card error of a decline: the 402 body carries the intent as it now is.
+    pub fn decline_error(
+        &self,
+        code: &'static str,
+        decline_code: &'static str,
+        message: &str,
+    ) -> ApiError {
+        let mut error = ApiError::new(402, ErrorType::Card, message).with_code(code);
+        error.decline_code = Some(decline_code);
+        error.charge = self.latest_charge.clone();
+        error.payment_intent = Some(self.render());
+        error
+    }
+
+    /// `last_payment_error` of a decline (Stripe omits the intent itself there).
+    pub fn set_declined(&mut self, code: &'static str, decline_code: &'static str, message: &str) {
+        self.status = PaymentIntentStatus::RequiresPaymentMethod;
+        self.amount_received = 0;
+        let mut error = ApiError::new(402, ErrorType::Card, message).with_code(code);
+        error.decline_code = Some(decline_code);
+        error.charge = self.latest_charge.clone();
+        self.last_payment_error = error.body().get("error").cloned();
+    }
+
+    pub fn set_succeeded(&mut self) {
+        self.status = PaymentIntentStatus::Succeeded;
+        self.amount_received = self.amount;
+        self.next_action = None;
+        self.last_payment_error = None;
+    }
+
+    pub fn refundable(&self) -> i64 {
+        self.amount_received - self.amount_refunded
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Refund {
+    pub seq: u64,
+    pub id: String,
+    pub amount: i64,
+    pub currency: String,
+    pub charge: Option<String>,
+    pub payment_intent: String,
+    pub metadata: BTreeMap<String, String>,
+    pub reason: Option<String>,
+    pub status: String,
+    pub created: i64,
+    pub idempotency_key: Option<String>,
+}
+
+impl Refund {
+    pub fn render(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "refund",
+            "amount": self.amount,
+            "balance_transaction": null,
+            "charge": self.charge,
+            "created": self.created,
+            "currency": self.currency,
+            "metadata": self.metadata,
+            "payment_intent": self.payment_intent,
+            "reason": self.reason,
+            "receipt_number": null,
+            "source_transfer_reversal": null,
+            "status": self.status,
+            "transfer_reversal": null,
+        })
+    }
+}

@@ -1,0 +1,778 @@
+//! Every object the simulator holds and the operations on them. Callers hold the state lock for
+//! one synchronous call at a time; nothing here awaits.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value, json};
+
+use super::api::{CreatePaymentIntent, CreateRefund, ListQuery, Operation, SearchQuery};
+use super::control::{
+    AuthenticationOutcome, ForcePaymentIntent, Ledger, LedgerPaymentIntent, LedgerRefund,
+    RequestLogEntry, SeedPaymentIntent,
+};
+use super::faults::FaultTable;
+use super::idempotency::IdempotencyStore;
+use super::model::{
+    CardBehaviour, Origin, PaymentIntent, PaymentIntentStatus, Refund, Settlement,
+    test_payment_method,
+};
+use super::webhooks::Webhooks;
+use super::wire::{ApiError, StoredResponse};
+use super::{PAGE_SIZE_MAX, SimulatorConfig};
+
+/// Characters of the random part of object ids (Stripe's are 24 base62 characters).
+const ID_RANDOM_CHARS: usize = 24;
+const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// What an operation knows about the request that caused it.
+#[derive(Debug, Clone)]
+pub struct ExecContext {
+    pub now: i64,
+    pub request_id: String,
+    pub idempotency_key: Option<String>,
+    /// `http://host:port/`, for URLs the simulator hands out.
+    pub base_url: String,
+}
+
+#[derive(Debug)]
+pub struct State {
+    config: SimulatorConfig,
+    payment_intents: HashMap<String, PaymentIntent>,
+    refunds: HashMap<String, Refund>,
+    /// Charge id → payment intent id.
+    charges: HashMap<String, String>,
+    next_seq: u64,
+    id_rng: ChaCha8Rng,
+    pub fault_rng: ChaCha8Rng,
+    pub faults: FaultTable,
+    pub idempotency: IdempotencyStore,
+    request_log: VecDeque<RequestLogEntry>,
+    next_request_seq: u64,
+    /// What search sees: the last snapshot whose lag has passed.
+    search_index: HashMap<String, PaymentIntent>,
+    /// Snapshots waiting for the search lag, in the order they were taken.
+    index_queue: VecDeque<(i64, PaymentIntent)>,
+    /// (settles at, seq) → payment intent id, for `processing` intents.
+    settlements: BTreeMap<(i64, u64), String>,
+    webhooks: Arc<Webhooks>,
+}
+
+impl State {
+    pub fn new(config: SimulatorConfig, webhooks: Arc<Webhooks>) -> Self {
+        let limits = &config.limits;
+        Self {
+            payment_intents: HashMap::new(),
+            refunds: HashMap::new(),
+            charges: HashMap::new(),
+            next_seq: 0,
+            id_rng: ChaCha8Rng::seed_from_u64(config.seed),
+            fault_rng: ChaCha8Rng::seed_from_u64(config.seed.wrapping_add(1)),
+            faults: FaultTable::new(limits.faults_max, limits.fault_latency_ms_max),
+            idempotency: IdempotencyStore::new(
+                config.idempotency_key_ttl_seconds,
+                limits.idempotency_keys_max,
+            ),
+            request_log: VecDeque::new(),
+            next_request_seq: 0,
+            search_index: HashMap::new(),
+            index_queue: VecDeque::new(),
+            settlements: BTreeMap::new(),
+            webhooks,
+            config,
+        }
+    }
+
+    pub fn new_id(&mut self, prefix: &str) -> String {
+        let mut id = String::with_capacity(prefix.len() + 1 + ID_RANDOM_CHARS);
+        id.push_str(prefix);
+        id.push('_');
+        for _ in 0..ID_RANDOM_CHARS {
+            id.push(char::from(BASE62[self.id_rng.gen_range(0..BASE62.len())]));
+        }
+        id
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    fn objects_len(&self) -> usize {
+        self.payment_intents.len() + self.refunds.len()
+    }
+
+    fn ensure_room(&self) -> Result<(), ApiError> {
+        if self.objects_len() >= self.config.limits.objects_max {
+            return Err(ApiError::new(
+                429,
+                super::wire::ErrorType::InvalidRequest,
+                "The simulator holds its maximum number of objects (objects_max).",
+            )
+            .with_code("rate_limit"));
+        }
+        Ok(())
+    }
+
+    /// Brings time-driven state up to `now`: settlements, search index, key pruning.
+    pub fn catch_up(&mut self, now: i64) {
+        while let Some((&(at, seq), _)) = self.settlements.first_key_value() {
+            if at > now {
+                break;
+            }
+            let Some(id) = self.settlements.remove(&(at, seq)) else {
+                break;
+            };
+            self.settle(&id, now);
+        }
+        while self
+            .index_queue
+            .front()
+            .is_some_and(|(visible_at, _)| *visible_at <= now)
+        {
+            if let Some((_, snapshot)) = self.index_queue.pop_front() {
+                self.search_index.insert(snapshot.id.clone(), snapshot);
+            }
+        }
+        self.idempotency.prune(now);
+    }
+
+    fn settle(&mut self, id: &str, now: i64) {
+        let Some(mut intent) = self.payment_intents.get(id).cloned() else {
+            return;
+        };
+        let Some((_, settlement)) = intent.settlement.take() else {
+            return;
+        };
+        if intent.status != PaymentIntentStatus::Processing {
+            return;
+        }
+        let event = match settlement {
+            Settlement::Succeeds => {
+                intent.set_succeeded();
+                "payment_intent.succeeded"
+            }
+            Settlement::Fails => {
+                intent.set_declined(
+                    "card_declined",
+                    "generic_decline",
+                    "The payment could not be completed.",
+                );
+                "payment_intent.payment_failed"
+            }
+        };
+        self.store_intent(intent, now, Some(event), None);
+    }
+
+    /// Saves an intent, schedules its search snapshot and emits `event` (if any).
+    fn store_intent(
+        &mut self,
+        intent: PaymentIntent,
+        now: i64,
+        event: Option<&str>,
+        ctx: Option<&ExecContext>,
+    ) {
+        let lag = i64::try_from(self.config.search_lag_seconds).unwrap_or(i64::MAX);
+        if self.index_queue.len() >= self.config.limits.objects_max {
+            // Bounded: the oldest pending snapshot becomes visible early.
+            if let Some((_, snapshot)) = self.index_queue.pop_front() {
+                self.search_index.insert(snapshot.id.clone(), snapshot);
+            }
+        }
+        self.index_queue
+            .push_back((now.saturating_add(lag), intent.clone()));
+        if let Some(event) = event {
+            self.webhooks.emit(event, intent.render(), now, ctx);
+        }
+        self.payment_intents.insert(intent.id.clone(), intent);
+    }
+
+    pub fn execute(&mut self, operation: Operation, ctx: &ExecContext) -> StoredResponse {
+        self.catch_up(ctx.now);
+        let result = match operation {
+            Operation::CreatePaymentIntent(create) => self.create_payment_intent(create, ctx),
+            Operation::RetrievePaymentIntent(id) => {
+                self.intent(&id, true).map(PaymentIntent::render)
+            }
+            Operation::CancelPaymentIntent { id, reason } => {
+                self.cancel_payment_intent(&id, reason, ctx)
+            }
+            Operation::ListPaymentIntents(query) => self.list_payment_intents(&query),
+            Operation::SearchPaymentIntents(query) => self.search_payment_intents(&query),
+            Operation::CreateRefund(create) => self.create_refund(create, ctx),
+            Operation::RetrieveRefund(id) => self
+                .refunds
+                .get(&id)
+                .map(Refund::render)
+                .ok_or_else(|| ApiError::not_found("refund", &id, "id")),
+            Operation::ListRefunds(query) => self.list_refunds(&query),
+        };
+        match result {
+            Ok(body) => StoredResponse::ok(&body),
+            Err(error) => error.into_stored(),
+        }
+    }
+
+    fn intent(&self, id: &str, in_path: bool) -> Result<&PaymentIntent, ApiError> {
+        self.payment_intents.get(id).ok_or_else(|| {
+            if in_path {
+                ApiError::not_found("payment_intent", id, "intent")
+            } else {
+                ApiError::no_such("payment_intent", id, "payment_intent")
+            }
+        })
+    }
+
+    /// A fresh `requires_payment_method` intent with a new id, client secret and seq.
+    fn new_intent(
+        &mut self,
+        amount: i64,
+        currency: String,
+        metadata: BTreeMap<String, String>,
+        created: i64,
+        origin: Origin,
+    ) -> PaymentIntent {
+        let id = self.new_id("pi");
+        let secret = self.new_id("secret");
+        PaymentIntent {
+            seq: self.next_seq(),
+            client_secret: format!("{id}_{secret}"),
+            id,
+            amount,
+            amount_received: 0,
+            amount_refunded: 0,
+            currency,
+            status: PaymentIntentStatus::RequiresPaymentMethod,
+            metadata,
+            created,
+            description: None,
+            customer: None,
+            payment_method: None,
+            capture_method: "automatic_async".into(),
+            return_url: None,
+            next_action: None,
+            last_payment_error: None,
+            latest_charge: None,
+            canceled_at: None,
+            cancellation_reason: None,
+            idempotency_key: None,
+            origin,
+            settlement: None,
+        }
+    }
+
+    fn create_payment_intent(
+        &mut self,
+        create: CreatePaymentIntent,
+        ctx: &ExecContext,
+    ) -> Result<Value, ApiError> {
+        self.ensure_room()?;
+        let behaviour = match &create.payment_method {
+            Some(name) => Some(
+                test_payment_method(name)
+                    .ok_or_else(|| ApiError::no_such("PaymentMethod", name, "payment_method"))?,
+            ),
+            None => None,
+        };
+        let mut intent = self.new_intent(
+            create.amount,
+            create.currency,
+            create.metadata,
+            ctx.now,
+            Origin::Api,
+        );
+        intent.idempotency_key.clone_from(&ctx.idempotency_key);
+        intent.description = create.description;
+        intent.customer = create.customer;
+        intent.payment_method = create.payment_method;
+        intent.capture_method = create.capture_method;
+        intent.return_url = create.return_url;
+        let (event, decline) = match (behaviour, create.confirm) {
+            (None, _) => (None, None),
+            (Some(_), false) => {
+                intent.status = PaymentIntentStatus::RequiresConfirmation;
+                (None, None)
+            }
+            (Some(behaviour), true) => self.confirm(&mut intent, behaviour, ctx),
+        };
+        let body = intent.render();
+        let error = decline
+            .map(|(code, decline_code, message)| intent.decline_error(code, decline_code, message));
+        self.store_intent(intent, ctx.now, event, Some(ctx));
+        match error {
+            Some(error) => Err(error),
+            None => Ok(body),
+        }
+    }
+
+    /// Applies a payment method's behaviour; returns the event and, for a decline, the error.
+    #[allow(clippy::type_complexity)]
+    fn confirm(
+        &mut self,
+        intent: &mut PaymentIntent,
+        behaviour: CardBehaviour,
+        ctx: &ExecContext,
+    ) -> (
+        Option<&'static str>,
+        Option<(&'static str, &'static str, &'static str)>,
+    ) {
+        match behaviour {
+            CardBehaviour::Succeeds => {
+                self.attach_charge(intent);
+                intent.set_succeeded();
+                (Some("payment_intent.succeeded"), None)
+            }
+            CardBehaviour::Declines {
+                code,
+                decline_code,
+                message,
+            } => {
+                self.attach_charge(intent);
+                intent.set_declined(code, decline_code, message);
+                (
+                    Some("payment_intent.payment_failed"),
+                    Some((code, decline_code, message)),
+                )
+            }
+            CardBehaviour::RequiresAction => {
+                intent.status = PaymentIntentStatus::RequiresAction;
+                intent.next_action = Some(json!({
+                    "type": "redirect_to_url",
+                    "redirect_to_url": {
+                        "url": format!("{}_sim/3ds/{}", ctx.base_url, intent.id),
+                        "return_url": intent.return_url,
+                    },
+                }));
+                (Some("payment_intent.requires_action"), None)
+            }
+            CardBehaviour::Processing { settles } => {
+                self.attach_charge(intent);
+                intent.status = PaymentIntentStatus::Processing;
+                let delay = i64::try_from(self.config.settlement_delay_seconds).unwrap_or(i64::MAX);
+                let at = ctx.now.saturating_add(delay);
+                intent.settlement = Some((at, settles));
+                self.settlements.insert((at, intent.seq), intent.id.clone());
+                (Some("payment_intent.processing"), None)
+            }
+        }
+    }
+
+    fn attach_charge(&mut self, intent: &mut PaymentIntent) {
+        let charge = self.new_id("ch");
+        self.charges.insert(charge.clone(), intent.id.clone());
+        intent.latest_charge = Some(charge);
+    }
+
+    fn cancel_payment_intent(
+        &mut self,
+        id: &str,
+        reason: Option<String>,
+        ctx: &ExecContext,
+    ) -> Result<Value, ApiError> {
+        let mut intent = self.intent(id, true)?.clone();
+        if matches!(
+            intent.status,
+            PaymentIntentStatus::Succeeded | PaymentIntentStatus::Canceled
+        ) {
+            return Err(ApiError::invalid_request(
+                None,
+                format!(
+                    "You cannot cancel this PaymentIntent because it has a status of {}.",
+                    intent.status.as_str()
+                ),
+            )
+            .with_code("payment_intent_unexpected_state"));
+        }
+        intent.status = PaymentIntentStatus::Canceled;
+        intent.canceled_at = Some(ctx.now);
+        intent.cancellation_reason = reason;
+        intent.next_action = None;
+        if let Some((at, _)) = intent.settlement.take() {
+            self.settlements.remove(&(at, intent.seq));
+        }
+        let body = intent.render();
+        self.store_intent(intent, ctx.now, Some("payment_intent.canceled"), Some(ctx));
+        Ok(body)
+    }
+
+    fn list_payment_intents(&self, query: &ListQuery) -> Result<Value, ApiError> {
+        let mut items: Vec<&PaymentIntent> = self
+            .payment_intents
+            .values()
+            .filter(|intent| query.created.contains(intent.created))
+            .collect();
+        items.sort_by_key(|intent| std::cmp::Reverse((intent.created, intent.seq)));
+        let keys: Vec<(i64, u64, Value)> = items
+            .into_iter()
+            .map(|intent| (intent.created, intent.seq, intent.render()))
+            .collect();
+        let cursor = |id: &str| {
+            self.payment_intents
+                .get(id)
+                .map(|intent| (intent.created, intent.seq))
+        };
+        page(keys, query, cursor, "payment_intent", "/v1/payment_intents")
+    }
+
+    fn list_refunds(&self, query: &ListQuery) -> Result<Value, ApiError> {
+        let mut items: Vec<&Refund> = self
+            .refunds
+            .values()
+            .filter(|refund| query.created.contains(refund.created))
+            .filter(|refund| {
+                query
+                    .payment_intent
+                    .as_ref()
+                    .is_none_or(|id| &refund.payment_intent == id)
+            })
+            .collect();
+        items.sort_by_key(|refund| std::cmp::Reverse((refund.created, refund.seq)));
+        let keys: Vec<(i64, u64, Value)> = items
+            .into_iter()
+            .map(|refund| (refund.created, refund.seq, refund.render()))
+            .collect();
+        let cursor = |id: &str| {
+            self.refunds
+                .get(id)
+                .map(|refund| (refund.created, refund.seq))
+        };
+        page(keys, query, cursor, "refund", "/v1/refunds")
+    }
+
+    fn search_payment_intents(&self, query: &SearchQuery) -> Result<Value, ApiError> {
+        let mut hits: Vec<&PaymentIntent> = self
+            .search_index
+            .values()
+            .filter(|snapshot| query.query.matches(snapshot))
+            .collect();
+        hits.sort_by_key(|snapshot| std::cmp::Reverse((snapshot.created, snapshot.seq)));
+        // The page token is the seq of the last object returned ("page_<seq>").
+        let start = match &query.page {
+            None => 0,
+            Some(token) => {
+                let seq = token
+                    .strip_prefix("page_")
+                    .and_then(|seq| seq.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        ApiError::invalid_request(Some("page"), "Invalid page token.")
+                    })?;
+                hits.iter()
+                    .position(|snapshot| snapshot.seq == seq)
+                    .map_or(hits.len(), |index| index + 1)
+            }
+        };
+        let page: Vec<&PaymentIntent> =
+            hits.iter().skip(start).take(query.limit).copied().collect();
+        let has_more = start + page.len() < hits.len();
+        let data: Vec<Value> = page
+            .iter()
+            .map(|snapshot| {
+                self.payment_intents
+                    .get(&snapshot.id)
+                    .unwrap_or(snapshot)
+                    .render()
+            })
+            .collect();
+        let next_page = match page.last() {
+            Some(last) if has_more => Some(format!("page_{}", last.seq)),
+            _ => None,
+        };
+        Ok(json!({
+            "object": "search_result",
+            "url": "/v1/payment_intents/search",
+            "has_more": has_more,
+            "data": data,
+            "next_page": next_page,
+        }))
+    }
+
+    fn create_refund(
+        &mut self,
+        create: CreateRefund,
+        ctx: &ExecContext,
+    ) -> Result<Value, ApiError> {
+        self.ensure_room()?;
+        let intent_id = match (&create.payment_intent, &create.charge) {
+            (Some(id), _) => self.intent(id, false)?.id.clone(),
+            (None, Some(charge)) => self
+                .charges
+                .get(charge)
+                .cloned()
+                .ok_or_else(|| ApiError::no_such("charge", charge, "charge"))?,
+            (None, None) => return Err(ApiError::missing("payment_intent")),
+        };
+        let mut intent = self.intent(&intent_id, false)?.clone();
+        if intent.status != PaymentIntentStatus::Succeeded {
+            return Err(ApiError::invalid_request(
+                Some("payment_intent"),
+                format!(
+                    "This PaymentIntent ({}) does not have a successful charge to refund.",
+                    intent.id
+                ),
+            ));
+        }
+        let refundable = intent.refundable();
+        if refundable <= 0 {
+            return Err(ApiError::invalid_request(
+                None,
+                format!(
+                    "Charge {} has already been refunded.",
+                    intent.latest_charge.clone().unwrap_or_default()
+                ),
+            )
+            .with_code("charge_already_refunded"));
+        }
+        let amount = create.amount.unwrap_or(refundable);
+        if amount > refundable {
+            return Err(ApiError::invalid_request(
+                Some("amount"),
+                format!("Refund amount ({amount}) is greater than unrefunded amount on charge ({refundable})."),
+            )
+            .with_code("amount_too_large"));
+        }
+        let seq = self.next_seq();
+        let refund = Refund {
+            seq,
+            id: self.new_id("re"),
+            amount,
+            currency: intent.currency.clone(),
+            charge: intent.latest_charge.clone(),
+            payment_intent: intent.id.clone(),
+            metadata: create.metadata,
+            reason: create.reason,
+            status: "succeeded".into(),
+            created: ctx.now,
+            idempotency_key: ctx.idempotency_key.clone(),
+        };
+        intent.amount_refunded += amount;
+        let body = refund.render();
+        self.webhooks
+            .emit("refund.created", body.clone(), ctx.now, Some(ctx));
+        if let Some(charge) = intent.render_charge() {
+            self.webhooks
+                .emit("charge.refunded", charge, ctx.now, Some(ctx));
+        }
+        self.refunds.insert(refund.id.clone(), refund);
+        self.payment_intents.insert(intent.id.clone(), intent);
+        Ok(body)
+    }
+
+    pub fn log_request(&mut self, mut entry: RequestLogEntry) {
+        self.next_request_seq += 1;
+        entry.seq = self.next_request_seq;
+        if self.request_log.len() >= self.config.limits.request_log_entries_max {
+            self.request_log.pop_front();
+        }
+        self.request_log.push_back(entry);
+    }
+
+    pub fn requests(&self) -> Vec<RequestLogEntry> {
+        self.request_log.iter().cloned().collect()
+    }
+
+    pub fn ledger(&self) -> Ledger {
+        let mut payment_intents: Vec<&PaymentIntent> = self.payment_intents.values().collect();
+        payment_intents.sort_by_key(|intent| intent.seq);
+        let mut refunds: Vec<&Refund> = self.refunds.values().collect();
+        refunds.sort_by_key(|refund| refund.seq);
+        Ledger {
+            payment_intents: payment_intents
+                .into_iter()
+                .map(|intent| LedgerPaymentIntent {
+                    id: intent.id.clone(),
+                    idempotency_key: intent.idempotency_key.clone(),
+                    metadata: intent.metadata.clone(),
+                    amount: intent.amount,
+                    amount_received: intent.amount_received,
+                    amount_refunded: intent.amount_refunded,
+                    currency: intent.currency.clone(),
+                    status: intent.status.as_str().to_owned(),
+                    created: intent.created,
+                    origin: intent.origin,
+                })
+                .collect(),
+            refunds: refunds
+                .into_iter()
+                .map(|refund| LedgerRefund {
+                    id: refund.id.clone(),
+                    payment_intent: refund.payment_intent.clone(),
+                    idempotency_key: refund.idempotency_key.clone(),
+                    metadata: refund.metadata.clone(),
+                    amount: refund.amount,
+                    currency: refund.currency.clone(),
+                    status: refund.status.clone(),
+                    created: refund.created,
+                })
+                .collect(),
+        }
+    }
+
+    /// Creates an intent outside the idempotency layer (to seed discrepancies for reports).
+    pub fn seed_payment_intent(
+        &mut self,
+        seed: SeedPaymentIntent,
+        now: i64,
+    ) -> Result<LedgerPaymentIntent, String> {
+        self.ensure_room().map_err(|error| error.message)?;
+        let status = PaymentIntentStatus::parse(&seed.status)
+            .ok_or_else(|| format!("unknown status {:?}", seed.status))?;
+        if seed.amount < 1 {
+            return Err("amount must be positive".into());
+        }
+        let created = seed.created.unwrap_or(now);
+        let mut intent = self.new_intent(
+            seed.amount,
+            seed.currency.to_ascii_lowercase(),
+            seed.metadata,
+            created,
+            Origin::Control,
+        );
+        intent.status = status;
+        intent.payment_method = Some("pm_card_visa".into());
+        if status == PaymentIntentStatus::Succeeded {
+            self.attach_charge(&mut intent);
+            intent.set_succeeded();
+        }
+        self.store_intent(intent.clone(), now, None, None);
+        Ok(self
+            .ledger_entry(&intent.id)
+            .ok_or("seeded intent vanished")?)
+    }
+
+    fn ledger_entry(&self, id: &str) -> Option<LedgerPaymentIntent> {
+        self.ledger()
+            .payment_intents
+            .into_iter()
+            .find(|entry| entry.id == id)
+    }
+
+    /// Changes an intent behind the API's back (no event), to seed discrepancies.
+    pub fn force_payment_intent(
+        &mut self,
+        id: &str,
+        force: ForcePaymentIntent,
+        now: i64,
+    ) -> Result<(), String> {
+        let mut intent = self
+            .payment_intents
+            .get(id)
+            .cloned()
+            .ok_or_else(|| format!("no payment intent {id}"))?;
+        if let Some(amount) = force.amount {
+            intent.amount = amount;
+            if intent.status == PaymentIntentStatus::Succeeded {
+                intent.amount_received = amount;
+            }
+        }
+        if let Some(status) = force.status {
+            let status = PaymentIntentStatus::parse(&status)
+                .ok_or_else(|| format!("unknown status {status:?}"))?;
+            if status == PaymentIntentStatus::Succeeded && intent.latest_charge.is_none() {
+                self.attach_charge(&mut intent);
+            }
+            intent.status = status;
+            intent.amount_received = if status == PaymentIntentStatus::Succeeded {
+                intent.amount
+            } else {
+                0
+            };
+        }
+        self.store_intent(intent, now, None, None);
+        Ok(())
+    }
+
+    /// Completes or fails the customer action of a `requires_action` intent.
+    pub fn authenticate(
+        &mut self,
+        id: &str,
+        outcome: AuthenticationOutcome,
+        now: i64,
+    ) -> Result<Value, String> {
+        let mut intent = self
+            .payment_intents
+            .get(id)
+            .cloned()
+            .ok_or_else(|| format!("no payment intent {id}"))?;
+        if intent.status != PaymentIntentStatus::RequiresAction {
+            return Err(format!(
+                "payment intent {id} is {}, not requires_action",
+                intent.status.as_str()
+            ));
+        }
+        self.attach_charge(&mut intent);
+        let event = match outcome {
+            AuthenticationOutcome::Succeed => {
+                intent.set_succeeded();
+                "payment_intent.succeeded"
+            }
+            AuthenticationOutcome::Fail => {
+                intent.next_action = None;
+                intent.set_declined(
+                    "payment_intent_authentication_failure",
+                    "authentication_required",
+                    "The provided PaymentMethod has failed authentication.",
+                );
+                "payment_intent.payment_failed"
+            }
+        };
+        let body = intent.render();
+        self.store_intent(intent, now, Some(event), None);
+        Ok(body)
+    }
+
+    pub fn return_url(&self, id: &str) -> Option<String> {
+        self.payment_intents
+            .get(id)
+            .and_then(|intent| intent.return_url.clone())
+    }
+}
+
+/// One page of a list: `keys` sorted newest first; `cursor` finds an id's sort key.
+fn page(
+    keys: Vec<(i64, u64, Value)>,
+    query: &ListQuery,
+    cursor: impl Fn(&str) -> Option<(i64, u64)>,
+    object: &str,
+    url: &str,
+) -> Result<Value, ApiError> {
+    debug_assert!(query.limit <= PAGE_SIZE_MAX);
+    let (data, has_more): (Vec<Value>, bool) = match (&query.starting_after, &query.ending_before) {
+        (Some(after), _) => {
+            let bound =
+                cursor(after).ok_or_else(|| ApiError::no_such(object, after, "starting_after"))?;
+            let mut rest = keys
+                .into_iter()
+                .filter(|(created, seq, _)| (*created, *seq) < bound);
+            let data: Vec<Value> = rest
+                .by_ref()
+                .take(query.limit)
+                .map(|(_, _, value)| value)
+                .collect();
+            (data, rest.next().is_some())
+        }
+        (None, Some(before)) => {
+            let bound =
+                cursor(before).ok_or_else(|| ApiError::no_such(object, before, "ending_before"))?;
+            let newer: Vec<Value> = keys
+                .into_iter()
+                .filter(|(created, seq, _)| (*created, *seq) > bound)
+                .map(|(_, _, value)| value)
+                .collect();
+            let skip = newer.len().saturating_sub(query.limit);
+            (newer.into_iter().skip(skip).collect(), skip > 0)
+        }
+        (None, None) => {
+            let has_more = keys.len() > query.limit;
+            (
+                keys.into_iter()
+                    .take(query.limit)
+                    .map(|(_, _, value)| value)
+                    .collect(),
+                has_more,
+            )
+        }
+    };
+    Ok(json!({ "object": "list", "url": url, "has_more": has_more, "data": data }))
+}
