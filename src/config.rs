@@ -23,6 +23,9 @@ pub struct Config {
     pub charge: ChargeConfig,
     /// Callers and their bearer tokens (stored as SHA-256 hex, never in clear).
     pub consumers: Vec<ConsumerConfig>,
+    pub report: ReportConfig,
+    /// People and tools that read reports (finance, admin); tokens stored like consumers'.
+    pub operators: Vec<OperatorConfig>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -87,6 +90,56 @@ pub struct ConsumerConfig {
     pub token_sha256: String,
 }
 
+/// Reconciliation reports (`chargeguard report`, the `Reports` gRPC service).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportConfig {
+    /// A pending attempt older than this is a discrepancy (`stale_unfinished`).
+    pub pending_age_max_minutes: u64,
+    /// The same for requires_action; at least `charge.requires_action_age_max_minutes`, after
+    /// which recovery cancels the payment anyway.
+    pub requires_action_age_max_minutes: u64,
+    /// The provider is listed in windows of this length, each paginated on its own.
+    pub provider_window_minutes: u64,
+    pub provider_page_size: u32,
+    /// Bound on list pages per run (payments and refunds each); past it the run fails.
+    pub provider_pages_max: u32,
+    /// Provider objects are listed from this long before the period (clock skew) ...
+    pub provider_lookbehind_minutes: u64,
+    /// ... to this long after it: an attempt's object may be created after the attempt, up to
+    /// the key window later when recovery re-sends.
+    pub provider_lookahead_minutes: u64,
+    /// Tries of one list call (reads are safe to repeat) before the run fails.
+    pub provider_read_attempts_max: u32,
+    pub provider_retry_backoff_ms: u64,
+    /// Rows read from the database per page.
+    pub rows_page_size: u32,
+    /// Provider objects listed on one row (a row counts all of them).
+    pub objects_listed_per_row_max: u32,
+    /// Statement timeout of the report's long statements (the join).
+    pub statement_timeout_ms: u64,
+    pub period_days_max: u32,
+    /// Staging of a run older than this belongs to a run that died; the next run deletes it.
+    pub abandoned_run_minutes: u64,
+}
+
+/// Who may read reports over gRPC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OperatorRole {
+    Finance,
+    Admin,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorConfig {
+    pub name: String,
+    /// Lowercase hex SHA-256 of the bearer token (`chargeguard hash-token` prints it).
+    pub token_sha256: String,
+    pub role: OperatorRole,
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -95,6 +148,29 @@ impl Default for Config {
             provider: ProviderConfig::default(),
             charge: ChargeConfig::default(),
             consumers: Vec::new(),
+            report: ReportConfig::default(),
+            operators: Vec::new(),
+        }
+    }
+}
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        Self {
+            pending_age_max_minutes: 60,
+            requires_action_age_max_minutes: 25 * 60,
+            provider_window_minutes: 60,
+            provider_page_size: 100,
+            provider_pages_max: 100_000,
+            provider_lookbehind_minutes: 10,
+            provider_lookahead_minutes: 25 * 60,
+            provider_read_attempts_max: 4,
+            provider_retry_backoff_ms: 500,
+            rows_page_size: 1_000,
+            objects_listed_per_row_max: 100,
+            statement_timeout_ms: 300_000,
+            period_days_max: 400,
+            abandoned_run_minutes: 24 * 60,
         }
     }
 }
@@ -210,7 +286,42 @@ impl Config {
                 && consumer.token_sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
             check(hash_ok, &format!("consumers: token_sha256 of {:?} must be 64 lowercase hex digits", consumer.name));
         }
+        self.validate_report(&mut problems);
         if problems.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(problems)) }
+    }
+
+    fn validate_report(&self, problems: &mut Vec<String>) {
+        let mut check = |ok: bool, problem: &str| {
+            if !ok {
+                problems.push(problem.to_owned());
+            }
+        };
+        let report = &self.report;
+        check(report.pending_age_max_minutes >= 1, "report.pending_age_max_minutes must be at least 1");
+        check(report.requires_action_age_max_minutes >= self.charge.requires_action_age_max_minutes, "report.requires_action_age_max_minutes must be at least charge.requires_action_age_max_minutes");
+        check((1..=7 * 24 * 60).contains(&report.provider_window_minutes), "report.provider_window_minutes must be 1-10080");
+        check((1..=100).contains(&report.provider_page_size), "report.provider_page_size must be 1-100");
+        check((1..=10_000_000).contains(&report.provider_pages_max), "report.provider_pages_max must be 1-10000000");
+        check(report.provider_lookbehind_minutes <= 24 * 60, "report.provider_lookbehind_minutes must be at most 1440");
+        check(report.provider_lookahead_minutes <= 7 * 24 * 60, "report.provider_lookahead_minutes must be at most 10080");
+        check((1..=20).contains(&report.provider_read_attempts_max), "report.provider_read_attempts_max must be 1-20");
+        check(report.provider_retry_backoff_ms <= 60_000, "report.provider_retry_backoff_ms must be at most 60000");
+        check((1..=10_000).contains(&report.rows_page_size), "report.rows_page_size must be 1-10000");
+        check((1..=1_000).contains(&report.objects_listed_per_row_max), "report.objects_listed_per_row_max must be 1-1000");
+        check((1_000..=3_600_000).contains(&report.statement_timeout_ms), "report.statement_timeout_ms must be 1000-3600000");
+        check((1..=3_660).contains(&report.period_days_max), "report.period_days_max must be 1-3660");
+        check(report.abandoned_run_minutes >= 60, "report.abandoned_run_minutes must be at least 60");
+        let mut token_hashes: std::collections::HashSet<&str> =
+            self.consumers.iter().map(|consumer| consumer.token_sha256.as_str()).collect();
+        for operator in &self.operators {
+            check(crate::domain::ConsumerName::parse(&operator.name).is_ok(), &format!("operators: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", operator.name));
+            let hash_ok = operator.token_sha256.len() == 64
+                && operator.token_sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
+            check(hash_ok, &format!("operators: token_sha256 of {:?} must be 64 lowercase hex digits", operator.name));
+            // One token, one identity: a token shared with a consumer (or another operator)
+            // would make the caller's role depend on lookup order.
+            check(token_hashes.insert(&operator.token_sha256), &format!("operators: the token of {:?} is already used by another consumer or operator", operator.name));
+        }
     }
 
     pub fn orchestrator_settings(&self) -> OrchestratorSettings {
@@ -240,6 +351,30 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn operator_tokens_are_checked_and_never_shared_with_consumers() {
+        let hash = "a".repeat(64);
+        let mut config = Config::default();
+        config.consumers = vec![ConsumerConfig { name: "orders".into(), token_sha256: hash.clone() }];
+        config.operators = vec![
+            OperatorConfig { name: "finance".into(), token_sha256: hash, role: OperatorRole::Finance },
+            OperatorConfig { name: "admin".into(), token_sha256: "B".repeat(64), role: OperatorRole::Admin },
+        ];
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        assert!(problems.iter().any(|p| p.contains("\"finance\" is already used")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("token_sha256 of \"admin\"")), "{problems:?}");
+    }
+
+    #[test]
+    fn an_unknown_operator_role_does_not_load() {
+        let toml = "[[operators]]\nname = \"support\"\ntoken_sha256 = \"x\"\nrole = \"support\"\n";
+        let file = std::env::temp_dir().join(format!("cg-role-{}.toml", std::process::id()));
+        std::fs::write(&file, toml).unwrap();
+        let loaded = Config::load(Some(&file));
+        std::fs::remove_file(&file).unwrap();
+        assert!(matches!(loaded, Err(ConfigError::Load(message)) if message.contains("support")));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod grpc;
 pub mod http;
 pub mod orchestrator;
 pub mod provider;
+pub mod report;
 pub mod secret;
 pub mod simulator;
 pub mod startup;

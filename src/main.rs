@@ -31,6 +31,9 @@ enum Command {
     Migrate,
     /// Runs the Stripe-compatible simulator alone (no Stripe account needed).
     StripeSim(chargeguard::simulator::cli::SimArgs),
+    /// Reconciles our attempts with the provider's payments for a period. Exit 0 clean,
+    /// 1 discrepancies, 2 error.
+    Report(chargeguard::report::cli::ReportArgs),
     /// Prints the SHA-256 of a bearer token, as `consumers[].token_sha256` wants it.
     HashToken {
         /// Read from standard input when omitted, so the token stays out of shell history.
@@ -113,6 +116,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             chargeguard::simulator::cli::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Report(args) => Ok(chargeguard::report::cli::run(cli.config.as_deref(), args).await),
         Command::HashToken { token } => {
             let token = match token {
                 Some(token) => token,

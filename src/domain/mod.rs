@@ -8,6 +8,7 @@ mod currency;
 mod idempotency;
 mod operation;
 mod provider_payment;
+mod provider_refund;
 mod recovery;
 
 pub use attempt::{
@@ -21,6 +22,7 @@ pub use currency::Currency;
 pub use idempotency::{IdempotencyKey, derive_idempotency_key};
 pub use operation::{ConsumerName, OperationKey};
 pub use provider_payment::{PaymentSnapshot, ProviderPaymentStatus, Resolution, resolve_snapshot};
+pub use provider_refund::RefundSnapshot;
 pub use recovery::{
     KeyWindow, LookupResolution, PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step,
     resolve_lookup,

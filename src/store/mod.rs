@@ -4,6 +4,8 @@
 //! a provider call.
 
 pub mod postgres;
+mod postgres_report;
+pub mod report;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -14,6 +16,7 @@ use crate::domain::{
 };
 
 pub use postgres::PostgresStore;
+pub use report::{ReportStore, RunId, StagedPayment};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
