@@ -13,9 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::grpc::{Authenticator, PaymentsService, proto};
+use crate::grpc::{Authenticator, Operators, PaymentsService, ReportsService, proto};
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
+use crate::report::{ReportSettings, Reporter};
 use crate::store::{AttemptStore, PostgresStore};
 use crate::store::postgres::PostgresPoolOptions;
 
@@ -28,6 +29,7 @@ pub struct Application {
     config: Config,
     orchestrator: Orchestrator,
     store: Arc<dyn AttemptStore>,
+    reporter: Reporter,
     grpc_listener: TcpListener,
     http_listener: TcpListener,
     shutdown: CancellationToken,
@@ -52,6 +54,7 @@ impl Application {
         if config.database.migrate_on_start {
             postgres.migrate().await.context("applying migrations")?;
         }
+        let report_store: Arc<dyn crate::store::ReportStore> = Arc::new(postgres.clone());
         let store: Arc<dyn AttemptStore> = Arc::new(postgres);
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig {
             api_key: config.provider.api_key.clone().context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
@@ -60,6 +63,7 @@ impl Application {
             lookup_pages_max: config.provider.lookup_pages_max,
             return_url: config.provider.return_url.clone(),
         })?);
+        let reporter = Reporter::new(report_store, provider.clone(), clock.clone(), ReportSettings::from_config(&config.report));
         let orchestrator = Orchestrator::new(store.clone(), provider, clock, config.orchestrator_settings());
         let grpc_listener = TcpListener::bind(config.server.grpc_listen)
             .await
@@ -67,7 +71,7 @@ impl Application {
         let http_listener = TcpListener::bind(config.server.http_listen)
             .await
             .with_context(|| format!("binding HTTP on {}", config.server.http_listen))?;
-        Ok(Self { config, orchestrator, store, grpc_listener, http_listener, shutdown: CancellationToken::new() })
+        Ok(Self { config, orchestrator, store, reporter, grpc_listener, http_listener, shutdown: CancellationToken::new() })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -96,6 +100,9 @@ impl Application {
             .build_v1()
             .context("building the reflection service")?;
         let authenticator = Authenticator::from_config(&self.config.consumers)?;
+        let reports =
+            ReportsService::new(self.reporter.clone(), Operators::from_config(&self.config.operators), authenticator.clone())
+                .into_server();
         let payments = PaymentsService::new(self.orchestrator.clone(), authenticator).into_server();
 
         let shutdown = self.shutdown.clone();
@@ -110,7 +117,7 @@ impl Application {
                         _ = interval.tick() => {}
                     }
                     let serving = store.ping().await.is_ok();
-                    for service in ["", "chargeguard.v1.Payments"] {
+                    for service in ["", "chargeguard.v1.Payments", "chargeguard.v1.Reports"] {
                         let status = if serving {
                             tonic_health::ServingStatus::Serving
                         } else {
@@ -140,6 +147,7 @@ impl Application {
             .add_service(health_service)
             .add_service(reflection)
             .add_service(payments)
+            .add_service(reports)
             .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), shutdown.clone().cancelled_owned());
         let http = axum::serve(self.http_listener, crate::http::router(crate::http::HttpState { store: self.store.clone() }))
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
