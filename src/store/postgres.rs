@@ -7,9 +7,10 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Row};
 use uuid::Uuid;
 
-use super::row::{AttemptColumns, ColumnError, attempt_from_row};
+use super::row::{AttemptColumns, ColumnError, attempt_from_row, optional_attempt};
 use super::{
     AttemptStore, InsertOutcome, ListCursor, ListFilter, NewAttempt, RoundResult, StoreError,
+    conflict_winner,
 };
 use crate::domain::{
     Attempt, AttemptId, AttemptStatus, ConsumerName, CustomerId, Description, Lease, LeaseOwner,
@@ -108,17 +109,9 @@ impl AttemptStore for PostgresStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(unavailable)?;
-        if let Some(row) = inserted {
-            return Ok(InsertOutcome::Inserted(attempt_from_row(&row)?));
-        }
-        // The conflict was on the operation (or, impossibly, on the derived key, which is a
-        // function of the operation): read the row that won.
-        match self.find_by_operation(&new.consumer, &new.operation_key).await? {
-            Some(existing) => Ok(InsertOutcome::Existing(existing)),
-            None => Err(StoreError::Corrupt(format!(
-                "insert of operation {:?} conflicted but no row holds it",
-                new.operation_key.as_str()
-            ))),
+        match inserted {
+            Some(row) => Ok(InsertOutcome::Inserted(attempt_from_row(&row)?)),
+            None => conflict_winner(self, new).await,
         }
     }
 
@@ -132,10 +125,8 @@ impl AttemptStore for PostgresStore {
             .bind(operation_key.as_str())
             .fetch_optional(&self.pool)
             .await
-            .map_err(unavailable)?
-            .as_ref()
-            .map(attempt_from_row)
-            .transpose()
+            .map_err(unavailable)
+            .and_then(optional_attempt)
     }
 
     async fn find_by_id(
@@ -150,10 +141,8 @@ impl AttemptStore for PostgresStore {
         .bind(consumer.map(ConsumerName::as_str))
         .fetch_optional(&self.pool)
         .await
-        .map_err(unavailable)?
-        .as_ref()
-        .map(attempt_from_row)
-        .transpose()
+        .map_err(unavailable)
+        .and_then(optional_attempt)
     }
 
     async fn acquire_lease(
@@ -176,10 +165,8 @@ impl AttemptStore for PostgresStore {
         .bind(&UNFINISHED[..])
         .fetch_optional(&self.pool)
         .await
-        .map_err(unavailable)?
-        .as_ref()
-        .map(attempt_from_row)
-        .transpose()
+        .map_err(unavailable)
+        .and_then(optional_attempt)
     }
 
     async fn finish_round(
@@ -230,10 +217,8 @@ impl AttemptStore for PostgresStore {
         .bind(owner.as_uuid())
         .fetch_optional(&self.pool)
         .await
-        .map_err(unavailable)?
-        .as_ref()
-        .map(attempt_from_row)
-        .transpose()
+        .map_err(unavailable)
+        .and_then(optional_attempt)
     }
 
     async fn list(

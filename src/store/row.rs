@@ -32,6 +32,12 @@ fn corrupt(id: Uuid, what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("attempt {id}: {what}"))
 }
 
+pub(super) fn optional_attempt(
+    row: Option<impl AttemptColumns>,
+) -> Result<Option<Attempt>, StoreError> {
+    row.as_ref().map(attempt_from_row).transpose()
+}
+
 pub(super) fn attempt_from_row(row: &impl AttemptColumns) -> Result<Attempt, StoreError> {
     let id = row
         .uuid("id")
