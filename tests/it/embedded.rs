@@ -4,10 +4,10 @@
 
 use std::collections::HashSet;
 
-use chargeguard::grpc::proto::{AttemptStatus, ChargeOutcome, GetAttemptRequest, get_attempt_request::Selector};
+use chargeguard::grpc::proto::{AttemptStatus, ChargeOutcome};
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
 
-use crate::support::{Backend, ORDERS_TOKEN, TestApp, authed, charge_request, outcome_of, status_of};
+use crate::support::{Backend, TestApp, charge_request, outcome_of, status_of};
 
 /// Concurrent calls per operation, and distinct operations, in the contention test.
 const IDENTICAL_CALLS: usize = 30;
@@ -56,14 +56,7 @@ async fn the_record_survives_a_restart_on_the_same_file() {
     let app = app.restart().await;
     assert!(path.is_file());
     assert_eq!(app.attempt_rows().await, 2);
-    let mut client = app.client().await;
-    let stored = client
-        .get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector: Some(Selector::OperationKey("order-restart:charge".into())) }))
-        .await
-        .unwrap()
-        .into_inner()
-        .attempt;
-    assert_eq!(stored, first.attempt, "read back as it was answered");
+    assert_eq!(Some(app.attempt_of("order-restart:charge").await), first.attempt, "read back as it was answered");
 
     let again = app.charge(charge_request("order-restart:charge")).await.unwrap();
     assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate, "the new process answers from the file");
