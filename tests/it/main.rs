@@ -4,4 +4,5 @@
 mod support;
 
 mod charge;
+mod recovery;
 mod simulator;
