@@ -123,7 +123,15 @@ async fn a_row_out_of_checks_is_flagged_for_review_and_never_sent_again() {
     let redelivered = app.charge(charge_request("stuck-1")).await.unwrap_err();
     assert_eq!((redelivered.code(), error_code(&redelivered).as_str()), (Code::FailedPrecondition, "needs_review"));
     let metrics = reqwest::get(format!("http://{}/metrics", app.http_addr)).await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("chargeguard_sweep_checks_exhausted_total"), "{metrics}");
+    for metric in [
+        "chargeguard_sweep_checks_exhausted_total",
+        "chargeguard_sweep_rows_claimed_total",
+        "chargeguard_sweep_rows_total{result=\"flagged\"}",
+        "chargeguard_unfinished_oldest_age_seconds",
+        "chargeguard_sweep_pass_seconds",
+    ] {
+        assert!(metrics.contains(metric), "{metric} in {metrics}");
+    }
 
     // Parked until the reminder; then looked at (and logged) again, still without a call.
     advance(&app, hours(2)).await;
