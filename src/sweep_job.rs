@@ -38,7 +38,9 @@ impl SweepJob {
                 let shutdown = shutdown.clone();
                 Box::pin(async move {
                     let Ok(_running) = pass.try_lock_owned() else {
-                        tracing::debug!("the previous sweep pass is still running; skipping this tick");
+                        tracing::debug!(
+                            "the previous sweep pass is still running; skipping this tick"
+                        );
                         return;
                     };
                     if shutdown.is_cancelled() {

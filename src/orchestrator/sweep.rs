@@ -117,9 +117,15 @@ impl Orchestrator {
 
     /// One sweep pass that stops between rows once `cancel` fires; rows already in a round
     /// finish it. Fails only when no row could be claimed because the database failed.
-    #[tracing::instrument(name = "sweep", skip_all,
-        fields(claimed, succeeded, failed, unfinished, flagged, errors))]
-    pub async fn sweep_once(&self, cancel: &CancellationToken) -> Result<SweepOutcome, OrchestratorError> {
+    #[tracing::instrument(
+        name = "sweep",
+        skip_all,
+        fields(claimed, succeeded, failed, unfinished, flagged, errors)
+    )]
+    pub async fn sweep_once(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Result<SweepOutcome, OrchestratorError> {
         let settings = &self.settings.sweep;
         let started = Instant::now();
         let budget = AtomicU32::new(settings.batch_max);
@@ -133,7 +139,8 @@ impl Orchestrator {
                 claim_error.get_or_insert(error);
             }
         }
-        metrics::histogram!("chargeguard_sweep_pass_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("chargeguard_sweep_pass_seconds")
+            .record(started.elapsed().as_secs_f64());
         self.record_oldest_unfinished_age().await;
         let span = tracing::Span::current();
         for (field, value) in [
@@ -173,7 +180,10 @@ impl Orchestrator {
             if cancel.is_cancelled() {
                 break;
             }
-            if budget.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1)).is_err() {
+            if budget
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
+                .is_err()
+            {
                 break;
             }
             let now = self.clock.now();
@@ -225,7 +235,11 @@ impl Orchestrator {
         (outcome, None)
     }
 
-    async fn visit(&self, attempt: Attempt, owner: LeaseOwner) -> Result<RowEnd, OrchestratorError> {
+    async fn visit(
+        &self,
+        attempt: Attempt,
+        owner: LeaseOwner,
+    ) -> Result<RowEnd, OrchestratorError> {
         match plan_visit(&attempt, self.settings.sweep.check_count_max) {
             Visit::Round => {
                 let review_before = attempt.review_reason.clone();
@@ -234,7 +248,8 @@ impl Orchestrator {
                     tracing::warn!(%error, next_check_at = %end.attempt.next_check_at,
                         "provider answer unusable; the row backs off");
                 }
-                let flagged = end.attempt.review_reason.is_some() && end.attempt.review_reason != review_before;
+                let flagged = end.attempt.review_reason.is_some()
+                    && end.attempt.review_reason != review_before;
                 Ok(RowEnd::Status { status: end.attempt.status, flagged })
             }
             Visit::Park { reason, new_reason } => {
@@ -362,7 +377,16 @@ mod tests {
     #[test]
     fn outcomes_add_up() {
         let mut total = SweepOutcome { claimed: 1, succeeded: 1, ..SweepOutcome::default() };
-        total += SweepOutcome { claimed: 2, failed: 1, unfinished: 1, flagged: 1, ..SweepOutcome::default() };
-        assert_eq!(total.to_string(), "claimed=3 succeeded=1 failed=1 unfinished=1 flagged=1 errors=0");
+        total += SweepOutcome {
+            claimed: 2,
+            failed: 1,
+            unfinished: 1,
+            flagged: 1,
+            ..SweepOutcome::default()
+        };
+        assert_eq!(
+            total.to_string(),
+            "claimed=3 succeeded=1 failed=1 unfinished=1 flagged=1 errors=0"
+        );
     }
 }

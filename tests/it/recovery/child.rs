@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use chargeguard::failpoints::CRASH_EXIT_CODE;
 use chargeguard::grpc::hash_token;
-use chargeguard::grpc::proto::{ChargeRequest, ChargeResponse};
 use chargeguard::grpc::proto::payments_client::PaymentsClient;
+use chargeguard::grpc::proto::{ChargeRequest, ChargeResponse};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 
@@ -26,7 +26,10 @@ const SESSION_POLL: Duration = Duration::from_millis(20);
 pub enum ChildSweep {
     Off,
     /// Scheduled every second, so the job starts at once.
-    EverySecond { batch_max: u32, concurrency_max: u32 },
+    EverySecond {
+        batch_max: u32,
+        concurrency_max: u32,
+    },
 }
 
 pub struct ChildProcess {
@@ -79,7 +82,11 @@ token_sha256 = "{token}"
 }
 
 /// Keeps reading the child's log so that it never blocks on a full pipe.
-fn drain(stderr: ChildStderr, lines: Arc<Mutex<Vec<String>>>, mut ready: Option<tokio::sync::oneshot::Sender<SocketAddr>>) {
+fn drain(
+    stderr: ChildStderr,
+    lines: Arc<Mutex<Vec<String>>>,
+    mut ready: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+) {
     tokio::spawn(async move {
         let mut reader = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = reader.next_line().await {
@@ -156,7 +163,8 @@ impl ChildProcess {
     /// Sends `Charge` as the `orders` consumer to the child.
     pub async fn charge(&self, request: ChargeRequest) -> Result<ChargeResponse, tonic::Status> {
         let endpoint = format!("http://{}", self.grpc_addr.expect("started with serve()"));
-        let mut client = PaymentsClient::connect(endpoint).await.expect("gRPC connects to the child");
+        let mut client =
+            PaymentsClient::connect(endpoint).await.expect("gRPC connects to the child");
         client.charge(authed(ORDERS_TOKEN, request)).await.map(|response| response.into_inner())
     }
 
@@ -177,12 +185,13 @@ impl ChildProcess {
         let pool = sqlx::PgPool::connect(&self.database_url).await.unwrap();
         let gone = async {
             loop {
-                let (sessions,): (i64,) =
-                    sqlx::query_as("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
-                        .bind(&self.session_name)
-                        .fetch_one(&pool)
-                        .await
-                        .unwrap();
+                let (sessions,): (i64,) = sqlx::query_as(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                )
+                .bind(&self.session_name)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
                 if sessions == 0 {
                     return;
                 }

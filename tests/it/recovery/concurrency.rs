@@ -46,9 +46,12 @@ async fn two_sweepers_over_a_thousand_stuck_rows_reconcile_each_row_exactly_once
     let (first, second) =
         tokio::join!(sweep_to_the_end(&app.orchestrator), sweep_to_the_end(replica.orchestrator()));
     let elapsed = started.elapsed();
-    let claimed = |passes: &[SweepOutcome]| passes.iter().map(|p| p.claimed as usize).sum::<usize>();
+    let claimed =
+        |passes: &[SweepOutcome]| passes.iter().map(|p| p.claimed as usize).sum::<usize>();
     let (first_claimed, second_claimed) = (claimed(&first), claimed(&second));
-    println!("{STUCK_ROWS} rows: sweepers claimed {first_claimed} + {second_claimed} in {elapsed:?}");
+    println!(
+        "{STUCK_ROWS} rows: sweepers claimed {first_claimed} + {second_claimed} in {elapsed:?}"
+    );
     assert_eq!(first_claimed + second_claimed, STUCK_ROWS, "each row claimed once");
     assert!(first_claimed > 0 && second_claimed > 0, "both sweepers worked at the same time");
     assert!(first.iter().chain(&second).all(|p| p.claimed <= 100), "passes stay within batch_max");
@@ -59,9 +62,15 @@ async fn two_sweepers_over_a_thousand_stuck_rows_reconcile_each_row_exactly_once
     }
     assert_eq!(creates_per_key.len(), STUCK_ROWS);
     for row in &seeded {
-        assert_eq!(creates_per_key.get(row.idempotency_key.as_str()), Some(&1), "{}", row.operation_key);
+        assert_eq!(
+            creates_per_key.get(row.idempotency_key.as_str()),
+            Some(&1),
+            "{}",
+            row.operation_key
+        );
     }
-    let operations: Vec<String> = seeded.iter().map(|row| row.operation_key.as_str().to_owned()).collect();
+    let operations: Vec<String> =
+        seeded.iter().map(|row| row.operation_key.as_str().to_owned()).collect();
     let operations: Vec<&str> = operations.iter().map(String::as_str).collect();
     assert_settled(&app, &operations).await;
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), STUCK_ROWS);
@@ -95,7 +104,10 @@ async fn sweep_once_from_the_command_line_prints_its_outcome() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    assert_eq!(stdout.trim(), "sweep: claimed=3 succeeded=3 failed=0 unfinished=0 flagged=0 errors=0");
+    assert_eq!(
+        stdout.trim(),
+        "sweep: claimed=3 succeeded=3 failed=0 unfinished=0 flagged=0 errors=0"
+    );
     let operations: Vec<&str> = seeded.iter().map(|row| row.operation_key.as_str()).collect();
     assert_settled(&app, &operations).await;
 }

@@ -58,7 +58,11 @@ async fn crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_swee
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2);
     for operation in ["crash-2-redelivered", "crash-2-swept"] {
         let key = stored(&app, operation).await.idempotency_key;
-        assert_eq!(creates_with_key(&app, key.as_str()).await, 1, "inside the window: the same key, once");
+        assert_eq!(
+            creates_with_key(&app, key.as_str()).await,
+            1,
+            "inside the window: the same key, once"
+        );
     }
 }
 
@@ -72,7 +76,11 @@ async fn crash_after_the_provider_charged_is_adopted_by_redelivery_or_by_the_swe
         assert_eq!(attempt.status, AttemptStatus::Pending, "the result was never recorded");
         assert_eq!(attempt.provider_payment_id, None);
     }
-    assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2, "the provider charged each");
+    assert_eq!(
+        app.sim().ledger().await.unwrap().payment_intents.len(),
+        2,
+        "the provider charged each"
+    );
     advance(&app, minutes(2)).await;
 
     // Inside the window the same key is re-sent and the provider replays its first answer.
@@ -96,9 +104,18 @@ async fn crash_after_the_provider_charged_past_the_window_is_found_by_metadata()
 
     let swept = sweep_until_idle(&app).await;
     assert_eq!((swept.claimed, swept.succeeded), (1, 1), "{swept}");
-    let after_jump: Vec<_> =
-        app.sim().requests().await.unwrap().into_iter().filter(|r| r.sim_time >= jumped_at).collect();
-    assert!(after_jump.iter().all(|r| r.idempotency_key.as_deref() != Some(key.as_str())), "the old key is never sent again");
+    let after_jump: Vec<_> = app
+        .sim()
+        .requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.sim_time >= jumped_at)
+        .collect();
+    assert!(
+        after_jump.iter().all(|r| r.idempotency_key.as_deref() != Some(key.as_str())),
+        "the old key is never sent again"
+    );
     assert!(after_jump.iter().any(|r| r.endpoint.as_deref() == Some("search_payment_intents")));
     assert_settled(&app, &["crash-3-late"]).await;
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1);
@@ -114,9 +131,16 @@ async fn crash_after_the_result_is_recorded_answers_the_duplicate_from_the_recor
     let duplicate = app.charge(charge_request("crash-4")).await.unwrap();
     assert_eq!(outcome_of(&duplicate), ChargeOutcome::Duplicate);
     assert_eq!(status_of(&duplicate), ProtoStatus::Succeeded);
-    assert_eq!(duplicate.attempt.unwrap().provider_payment_id, recorded.provider_payment_id.unwrap());
+    assert_eq!(
+        duplicate.attempt.unwrap().provider_payment_id,
+        recorded.provider_payment_id.unwrap()
+    );
     advance(&app, minutes(2)).await;
-    assert_eq!(app.orchestrator.try_sweep_once().await.unwrap().claimed, 0, "a terminal row is not swept");
+    assert_eq!(
+        app.orchestrator.try_sweep_once().await.unwrap().claimed,
+        0,
+        "a terminal row is not swept"
+    );
     assert_eq!(creates(&app).await.len(), 1, "nothing was called again");
     assert_settled(&app, &["crash-4"]).await;
 }
@@ -127,9 +151,13 @@ async fn a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_lea
     let seeded = seed_due_rows(&app, "crash-5", 10).await;
     // The scheduled sweep inside `serve` picks the rows up and the process dies after the
     // first row it finishes, with others in flight.
-    ChildProcess::serve_unattended(&app, "sweep.mid_batch", ChildSweep::EverySecond { batch_max: 10, concurrency_max: 4 })
-        .expect_crash()
-        .await;
+    ChildProcess::serve_unattended(
+        &app,
+        "sweep.mid_batch",
+        ChildSweep::EverySecond { batch_max: 10, concurrency_max: 4 },
+    )
+    .expect_crash()
+    .await;
 
     let mut held = Vec::new();
     let mut finished = 0;
@@ -149,7 +177,11 @@ async fn a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_lea
     assert_eq!(now_pass.claimed as usize, seeded.len() - finished - held.len(), "{now_pass}");
     for row in &held {
         let still = stored(&app, row.operation_key.as_str()).await;
-        assert_eq!(still.status, AttemptStatus::Pending, "no row is reconciled by two workers at once");
+        assert_eq!(
+            still.status,
+            AttemptStatus::Pending,
+            "no row is reconciled by two workers at once"
+        );
         assert_eq!(still.lease, row.lease);
     }
     // Once their leases end, they are anybody's.
@@ -157,7 +189,8 @@ async fn a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_lea
     let later = sweep_until_idle(&app).await;
     assert_eq!(later.claimed as usize, held.len(), "{later}");
 
-    let operations: Vec<String> = seeded.iter().map(|row| row.operation_key.as_str().to_owned()).collect();
+    let operations: Vec<String> =
+        seeded.iter().map(|row| row.operation_key.as_str().to_owned()).collect();
     let operations: Vec<&str> = operations.iter().map(String::as_str).collect();
     assert_settled(&app, &operations).await;
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), seeded.len());

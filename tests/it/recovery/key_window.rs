@@ -6,9 +6,13 @@ use std::collections::BTreeMap;
 
 use chargeguard::domain::{AttemptStatus, IdempotencyKey};
 use chargeguard::grpc::proto::{AttemptStatus as ProtoStatus, ChargeOutcome};
-use chargeguard::simulator::{AuthenticationOutcome, FaultKind, RequestLogEntry, SeedPaymentIntent};
+use chargeguard::simulator::{
+    AuthenticationOutcome, FaultKind, RequestLogEntry, SeedPaymentIntent,
+};
 
-use super::{advance, assert_settled, hours, leave_pending, minutes, shown, stored, sweep_until_idle};
+use super::{
+    advance, assert_settled, hours, leave_pending, minutes, shown, stored, sweep_until_idle,
+};
 use crate::support::{TestApp, charge_request, outcome_of, status_of};
 
 /// Requests the simulator received at or after `since` (sim clock).
@@ -21,9 +25,13 @@ fn assert_no_create_with(after_jump: &[RequestLogEntry], old_keys: &[Idempotency
         let is_create = request.method == "POST" && request.path == "/v1/payment_intents";
         assert!(!is_create, "a create was sent after the window closed: {request:?}");
         let key = request.idempotency_key.as_deref();
-        assert!(old_keys.iter().all(|old| Some(old.as_str()) != key), "an old key was sent again: {request:?}");
+        assert!(
+            old_keys.iter().all(|old| Some(old.as_str()) != key),
+            "an old key was sent again: {request:?}"
+        );
     }
-    let searched = after_jump.iter().any(|r| r.endpoint.as_deref() == Some("search_payment_intents"));
+    let searched =
+        after_jump.iter().any(|r| r.endpoint.as_deref() == Some("search_payment_intents"));
     let listed = after_jump.iter().any(|r| r.endpoint.as_deref() == Some("list_payment_intents"));
     assert!(searched && listed, "past the window the provider is searched and listed");
 }
@@ -37,7 +45,8 @@ async fn after_a_25_hour_jump_the_sweep_adopts_what_was_charged_and_expires_what
     old_keys.push(leave_pending(&app, charged[0], FaultKind::ApplyThenFail).await.idempotency_key);
     old_keys.push(leave_pending(&app, charged[1], FaultKind::ApplyThenDrop).await.idempotency_key);
     for operation in never {
-        old_keys.push(leave_pending(&app, operation, FaultKind::FailBeforeApply).await.idempotency_key);
+        old_keys
+            .push(leave_pending(&app, operation, FaultKind::FailBeforeApply).await.idempotency_key);
     }
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2);
 
@@ -49,7 +58,11 @@ async fn after_a_25_hour_jump_the_sweep_adopts_what_was_charged_and_expires_what
     for operation in never {
         let attempt = stored(&app, operation).await;
         assert_eq!(attempt.status, AttemptStatus::Failed);
-        assert_eq!(attempt.failure.unwrap().code, "expired", "the provider confirmed nothing was charged");
+        assert_eq!(
+            attempt.failure.unwrap().code,
+            "expired",
+            "the provider confirmed nothing was charged"
+        );
     }
     for operation in charged {
         assert_eq!(stored(&app, operation).await.status, AttemptStatus::Succeeded);
@@ -61,8 +74,10 @@ async fn after_a_25_hour_jump_the_sweep_adopts_what_was_charged_and_expires_what
 #[tokio::test]
 async fn a_redelivered_charge_past_the_window_looks_up_instead_of_resending() {
     let app = TestApp::spawn().await;
-    let charged_key = leave_pending(&app, "late-charged", FaultKind::ApplyThenFail).await.idempotency_key;
-    let never_key = leave_pending(&app, "late-never", FaultKind::FailBeforeApply).await.idempotency_key;
+    let charged_key =
+        leave_pending(&app, "late-charged", FaultKind::ApplyThenFail).await.idempotency_key;
+    let never_key =
+        leave_pending(&app, "late-never", FaultKind::FailBeforeApply).await.idempotency_key;
     let jumped_at = advance(&app, hours(25)).await;
 
     let charged = app.charge(charge_request("late-charged")).await.unwrap();
@@ -91,7 +106,10 @@ async fn a_double_charge_found_past_the_window_is_adopted_and_flagged() {
             amount: 1_000,
             currency: "usd".into(),
             status: "succeeded".into(),
-            metadata: BTreeMap::from([("chargeguard_attempt_id".to_owned(), attempt.id.to_string())]),
+            metadata: BTreeMap::from([(
+                "chargeguard_attempt_id".to_owned(),
+                attempt.id.to_string(),
+            )]),
             created: None,
         })
         .await
@@ -101,12 +119,21 @@ async fn a_double_charge_found_past_the_window_is_adopted_and_flagged() {
     let swept = sweep_until_idle(&app).await;
     assert_eq!((swept.claimed, swept.succeeded, swept.flagged), (1, 1, 1), "{swept}");
     let shown = shown(&app, "double-1").await;
-    assert_eq!(ProtoStatus::try_from(shown.status).unwrap(), ProtoStatus::Succeeded, "the money moved");
+    assert_eq!(
+        ProtoStatus::try_from(shown.status).unwrap(),
+        ProtoStatus::Succeeded,
+        "the money moved"
+    );
     assert!(shown.needs_review, "reports show the flag");
     assert!(shown.review_reason.starts_with("double charge"), "{}", shown.review_reason);
     assert!(shown.review_reason.contains(&second.id), "{}", shown.review_reason);
     assert!(shown.review_reason.contains(&shown.provider_payment_id), "{}", shown.review_reason);
-    let metrics = reqwest::get(format!("http://{}/metrics", app.http_addr)).await.unwrap().text().await.unwrap();
+    let metrics = reqwest::get(format!("http://{}/metrics", app.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(metrics.contains("chargeguard_double_charges_found_total"), "{metrics}");
 }
 
@@ -135,7 +162,11 @@ async fn requires_action_rows_are_read_and_adopted_then_cancelled_past_their_age
     let abandoned = stored(&app, "action-abandoned").await;
     assert_eq!(abandoned.failure.unwrap().code, "canceled");
     let ledger = app.sim().ledger().await.unwrap();
-    let intent = ledger.payment_intents.iter().find(|i| Some(&i.id) == abandoned.provider_payment_id.as_ref()).unwrap();
+    let intent = ledger
+        .payment_intents
+        .iter()
+        .find(|i| Some(&i.id) == abandoned.provider_payment_id.as_ref())
+        .unwrap();
     assert_eq!(intent.status, "canceled");
     assert_settled(&app, &["action-completed", "action-abandoned"]).await;
 }

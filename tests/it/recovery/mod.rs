@@ -45,7 +45,8 @@ pub async fn stored(app: &TestApp, operation: &str) -> Attempt {
 pub async fn shown(app: &TestApp, operation: &str) -> proto::Attempt {
     let selector = Some(Selector::OperationKey(operation.to_owned()));
     let mut client = app.client().await;
-    let reply = client.get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector })).await.unwrap();
+    let reply =
+        client.get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector })).await.unwrap();
     reply.into_inner().attempt.unwrap()
 }
 
@@ -151,14 +152,18 @@ pub async fn assert_settled(app: &TestApp, operations: &[&str]) {
         let attempt = stored(app, operation).await;
         assert!(attempt.status.is_terminal(), "{operation} is {:?}", attempt.status);
         let id = attempt.id.to_string();
-        let charges: Vec<_> = ledger.payment_intents_with_metadata("chargeguard_attempt_id", &id).collect();
+        let charges: Vec<_> =
+            ledger.payment_intents_with_metadata("chargeguard_attempt_id", &id).collect();
         match attempt.status {
             AttemptStatus::Succeeded => {
                 assert_eq!(charges.len(), 1, "{operation}: one charge at the provider");
                 assert_eq!(attempt.provider_payment_id.as_deref(), Some(charges[0].id.as_str()));
                 assert_eq!(charges[0].status, "succeeded");
             }
-            _ => assert!(charges.iter().all(|c| c.status != "succeeded"), "{operation}: failed yet charged"),
+            _ => assert!(
+                charges.iter().all(|c| c.status != "succeeded"),
+                "{operation}: failed yet charged"
+            ),
         }
     }
 }

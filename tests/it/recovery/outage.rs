@@ -8,7 +8,8 @@ use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, FaultTarget};
 use tonic::Code;
 
 use super::{
-    advance, assert_settled, creates, hours, leave_pending, minutes, shown, stored, sweep_until_idle,
+    advance, assert_settled, creates, hours, leave_pending, minutes, shown, stored,
+    sweep_until_idle,
 };
 use crate::support::{TestApp, charge_request, error_code};
 
@@ -20,7 +21,12 @@ async fn outage(app: &TestApp, target: impl Into<FaultTarget>, kind: FaultKind) 
 
 /// The row stayed unfinished, remembers why, and is not due again before its backoff.
 fn assert_backing_off(app: &TestApp, attempt: &Attempt) -> chrono::Duration {
-    assert_eq!(attempt.status, AttemptStatus::Pending, "{:?} may have been charged", attempt.operation_key);
+    assert_eq!(
+        attempt.status,
+        AttemptStatus::Pending,
+        "{:?} may have been charged",
+        attempt.operation_key
+    );
     assert!(attempt.failure.is_none());
     assert!(attempt.last_error.is_some(), "the error is kept for operators");
     let wait = attempt.next_check_at - app.clock.now();
@@ -50,7 +56,11 @@ async fn an_outage_inside_the_window_backs_off_and_adopts_later() {
     outage(&app, Endpoint::CreatePaymentIntent, FaultKind::ApplyThenDrop).await;
     advance(&app, minutes(10)).await;
     let lossy = app.orchestrator.try_sweep_once().await.unwrap();
-    assert_eq!((lossy.claimed, lossy.succeeded, lossy.unfinished, lossy.failed), (2, 1, 1, 0), "{lossy}");
+    assert_eq!(
+        (lossy.claimed, lossy.succeeded, lossy.unfinished, lossy.failed),
+        (2, 1, 1, 0),
+        "{lossy}"
+    );
     assert_backing_off(&app, &stored(&app, operations[0]).await);
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2, "both are charged now");
 
@@ -121,8 +131,16 @@ async fn a_row_out_of_checks_is_flagged_for_review_and_never_sent_again() {
     assert!(shown.needs_review);
     assert_eq!(shown.review_reason, reason);
     let redelivered = app.charge(charge_request("stuck-1")).await.unwrap_err();
-    assert_eq!((redelivered.code(), error_code(&redelivered).as_str()), (Code::FailedPrecondition, "needs_review"));
-    let metrics = reqwest::get(format!("http://{}/metrics", app.http_addr)).await.unwrap().text().await.unwrap();
+    assert_eq!(
+        (redelivered.code(), error_code(&redelivered).as_str()),
+        (Code::FailedPrecondition, "needs_review")
+    );
+    let metrics = reqwest::get(format!("http://{}/metrics", app.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for metric in [
         "chargeguard_sweep_checks_exhausted_total",
         "chargeguard_sweep_rows_claimed_total",
