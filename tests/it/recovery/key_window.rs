@@ -11,7 +11,8 @@ use chargeguard::simulator::{
 };
 
 use super::{
-    advance, assert_settled, hours, leave_pending, minutes, shown, stored, sweep_until_idle,
+    advance, assert_settled, hours, leave_pending, metrics_text, minutes, shown, stored,
+    sweep_until_idle,
 };
 use crate::support::{TestApp, charge_request, outcome_of, status_of};
 
@@ -128,12 +129,7 @@ async fn a_double_charge_found_past_the_window_is_adopted_and_flagged() {
     assert!(shown.review_reason.starts_with("double charge"), "{}", shown.review_reason);
     assert!(shown.review_reason.contains(&second.id), "{}", shown.review_reason);
     assert!(shown.review_reason.contains(&shown.provider_payment_id), "{}", shown.review_reason);
-    let metrics = reqwest::get(format!("http://{}/metrics", app.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&app).await;
     assert!(metrics.contains("chargeguard_double_charges_found_total"), "{metrics}");
 }
 

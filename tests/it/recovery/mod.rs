@@ -50,6 +50,12 @@ pub async fn shown(app: &TestApp, operation: &str) -> proto::Attempt {
     reply.into_inner().attempt.unwrap()
 }
 
+/// What the app's `/metrics` shows (one recorder per test process: values mix tests).
+pub async fn metrics_text(app: &TestApp) -> String {
+    let url = format!("http://{}/metrics", app.http_addr);
+    reqwest::get(url).await.unwrap().text().await.unwrap()
+}
+
 /// Moves the service's clock and the simulator's together (whole seconds).
 pub async fn advance(app: &TestApp, by: Duration) -> i64 {
     app.clock.advance(chrono::Duration::from_std(by).unwrap());

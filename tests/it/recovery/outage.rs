@@ -8,7 +8,7 @@ use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, FaultTarget};
 use tonic::Code;
 
 use super::{
-    advance, assert_settled, creates, hours, leave_pending, minutes, shown, stored,
+    advance, assert_settled, creates, hours, leave_pending, metrics_text, minutes, shown, stored,
     sweep_until_idle,
 };
 use crate::support::{TestApp, charge_request, error_code};
@@ -135,12 +135,7 @@ async fn a_row_out_of_checks_is_flagged_for_review_and_never_sent_again() {
         (redelivered.code(), error_code(&redelivered).as_str()),
         (Code::FailedPrecondition, "needs_review")
     );
-    let metrics = reqwest::get(format!("http://{}/metrics", app.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&app).await;
     for metric in [
         "chargeguard_sweep_checks_exhausted_total",
         "chargeguard_sweep_rows_claimed_total",
