@@ -17,6 +17,7 @@ use crate::grpc::{Authenticator, PaymentsService, proto};
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
 use crate::store::AttemptStore;
+use crate::sweep_job::SweepJob;
 
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -87,6 +88,7 @@ impl Application {
         let authenticator = Authenticator::from_config(&self.config.consumers)?;
         let payments = PaymentsService::new(self.orchestrator.clone(), authenticator).into_server();
 
+        let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
         let shutdown = self.shutdown.clone();
         let store = self.store.clone();
         let health_task = tokio::spawn({
@@ -134,10 +136,20 @@ impl Application {
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let grpc = tokio::spawn(grpc);
         let http = tokio::spawn(async move { http.await });
-        tracing::info!(grpc = %self.config.server.grpc_listen, http = %self.config.server.http_listen, "chargeguard serving");
+        let sweep = if self.config.sweep.enabled {
+            Some(SweepJob::start(self.orchestrator.clone(), &self.config.sweep.schedule, shutdown.clone()).await?)
+        } else {
+            None
+        };
+        // The bound addresses, not the configured ones: with port 0 this line is how a parent
+        // process (the crash-point tests) learns where to connect.
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, "chargeguard serving");
         shutdown.cancelled().await;
         let grace = Duration::from_millis(self.config.server.shutdown_grace_ms);
         let drained = tokio::time::timeout(grace, async {
+            if let Some(sweep) = sweep {
+                sweep.stop().await;
+            }
             let grpc = grpc.await;
             let http = http.await;
             (grpc, http)

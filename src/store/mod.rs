@@ -155,6 +155,10 @@ pub trait AttemptStore: Send + Sync + 'static {
         batch_max: u32,
     ) -> Result<Vec<Attempt>, StoreError>;
 
+    /// When the oldest unfinished (pending or requires_action) attempt was created, if any: the
+    /// sweep's "oldest unfinished age" gauge.
+    async fn oldest_unfinished_created_at(&self) -> Result<Option<DateTime<Utc>>, StoreError>;
+
     /// Cheap round trip for health checks.
     async fn ping(&self) -> Result<(), StoreError>;
 }

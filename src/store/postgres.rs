@@ -281,6 +281,17 @@ impl AttemptStore for PostgresStore {
         rows.iter().map(attempt_from_row).collect()
     }
 
+    async fn oldest_unfinished_created_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        // The predicate is spelled as the partial index's, so that even a generic plan uses it.
+        sqlx::query_scalar(
+            "SELECT min(created_at) FROM payment_attempts
+             WHERE status IN ('pending', 'requires_action')",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(unavailable)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map_err(unavailable)?;
         Ok(())

@@ -337,6 +337,20 @@ impl AttemptStore for SqliteStore {
         rows.iter().map(attempt_from_row).collect()
     }
 
+    async fn oldest_unfinished_created_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        // The predicate is spelled as the partial index's, so that SQLite may use it.
+        let oldest: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT min(created_at) FROM payment_attempts WHERE status IN {UNFINISHED_SQL}"
+        ))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        oldest
+            .map(instant_from_micros)
+            .transpose()
+            .map_err(|error| StoreError::Corrupt(format!("oldest unfinished created_at: {error}")))
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map_err(unavailable)?;
         Ok(())
@@ -402,6 +416,20 @@ mod tests {
             .map(|status| format!("'{}'", status.as_str()))
             .collect();
         assert_eq!(UNFINISHED_SQL, format!("({})", expected.join(", ")));
+    }
+
+    #[test]
+    fn every_postgres_migration_of_payment_attempts_has_a_sqlite_twin() {
+        // The two schemas must not drift: a change to payment_attempts on PostgreSQL needs its
+        // SQLite counterpart, with the same version and name.
+        let sqlite: Vec<(i64, String)> =
+            MIGRATOR.iter().map(|m| (m.version, m.description.to_string())).collect();
+        for migration in super::super::postgres::MIGRATOR.iter() {
+            if migration.sql.contains("payment_attempts") {
+                let twin = (migration.version, migration.description.to_string());
+                assert!(sqlite.contains(&twin), "no migrations/sqlite twin of {twin:?}");
+            }
+        }
     }
 
     #[test]
@@ -477,6 +505,24 @@ mod tests {
         let details: Vec<&str> = plan.iter().map(|(_, _, _, detail)| detail.as_str()).collect();
         assert!(
             details.iter().any(|detail| detail.contains("payment_attempts_unfinished_due")),
+            "{details:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_oldest_unfinished_probe_uses_its_partial_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_in(dir.path()).await;
+        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(&format!(
+            "EXPLAIN QUERY PLAN
+             SELECT min(created_at) FROM payment_attempts WHERE status IN {UNFINISHED_SQL}"
+        ))
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        let details: Vec<&str> = plan.iter().map(|(_, _, _, detail)| detail.as_str()).collect();
+        assert!(
+            details.iter().any(|detail| detail.contains("payment_attempts_unfinished_created")),
             "{details:?}"
         );
     }

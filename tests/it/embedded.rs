@@ -18,7 +18,11 @@ async fn concurrent_identical_and_distinct_charges_through_a_two_connection_pool
     // Two connections for fifty calls: every insert, lease and finish queues for a connection
     // and then for the write lock, which is where a SQLite store would fail with "database is
     // locked" or let a second caller through.
-    let app = TestApp::spawn_backend_with(Backend::Sqlite, |config| config.database.connections_max = 2).await;
+    let app = TestApp::spawn_backend_with(Backend::Sqlite, |config| {
+        config.database.connections_max = 2;
+        config.sweep.concurrency_max = 1;
+    })
+    .await;
     app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(300), 1)).await.unwrap();
     let identical = (0..IDENTICAL_CALLS).map(|_| app.charge(charge_request("order-same:charge")));
     let distinct = (0..DISTINCT_OPERATIONS).map(|index| app.charge(charge_request(&format!("order-{index}:charge"))));

@@ -6,5 +6,6 @@ mod support;
 
 mod charge;
 mod embedded;
+mod recovery;
 mod simulator;
 mod store;

@@ -7,9 +7,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use chargeguard::domain::{
-    Attempt, AttemptId, AttemptStatus, ChargeParams, ConsumerName, Currency, Description,
-    Failure, Lease, LeaseOwner, Metadata, NextAction, OperationKey, PaymentMethodId,
-    derive_idempotency_key,
+    Attempt, AttemptId, AttemptStatus, ChargeParams, ConsumerName, Failure, Lease, LeaseOwner,
+    NextAction,
 };
 use chargeguard::store::{
     AttemptStore, InsertOutcome, ListCursor, ListFilter, NewAttempt, RoundResult,
@@ -17,6 +16,7 @@ use chargeguard::store::{
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use uuid::Uuid;
 
+use crate::support::attempts::{insert_new, pending_attempt};
 use crate::support::{Backend, TestDatabase, on_both_backends};
 
 struct Fixture {
@@ -43,39 +43,11 @@ fn lease(expires_at: DateTime<Utc>) -> Lease {
 }
 
 fn new_attempt(operation: &str, now: DateTime<Utc>, next_check_at: DateTime<Utc>) -> NewAttempt {
-    let consumer = ConsumerName::parse("orders").unwrap();
-    let operation_key = OperationKey::parse(operation).unwrap();
-    let metadata_entries = [("order_id".to_owned(), operation.to_owned())];
-    let params = ChargeParams::new(
-        1_000,
-        99_999_999,
-        Currency::parse("usd").unwrap(),
-        PaymentMethodId::parse("pm_card_visa").unwrap(),
-        None,
-        Some(Description::parse("test order").unwrap()),
-        Metadata::parse(metadata_entries.iter().map(|(k, v)| (k, v))).unwrap(),
-    )
-    .unwrap();
-    NewAttempt {
-        id: AttemptId::from_uuid(Uuid::now_v7()),
-        idempotency_key: derive_idempotency_key(&consumer, &operation_key, 0),
-        consumer,
-        operation_key,
-        fingerprint: params.fingerprint(),
-        params,
-        provider: "stripe",
-        generation: 0,
-        lease: lease(now + Duration::seconds(10)),
-        next_check_at,
-        now,
-    }
+    pending_attempt(operation, lease(now + Duration::seconds(10)), now, next_check_at)
 }
 
 async fn insert(store: &dyn AttemptStore, new: &NewAttempt) -> Attempt {
-    match store.insert_pending(new).await.unwrap() {
-        InsertOutcome::Inserted(attempt) => attempt,
-        InsertOutcome::Existing(attempt) => panic!("{} existed", attempt.id),
-    }
+    insert_new(store, new).await
 }
 
 fn round(status: AttemptStatus, next_check_at: DateTime<Utc>) -> RoundResult {
@@ -269,10 +241,24 @@ async fn lists_are_newest_first_with_ties_broken_by_id(backend: Backend) {
     assert!(store.list(&consumer, &failed, None, 100).await.unwrap().is_empty());
 }
 
+async fn the_oldest_unfinished_attempt_is_found_among_unfinished_ones_only(backend: Backend) {
+    let fixture = fixture(backend).await;
+    let store = fixture.store.as_ref();
+    assert_eq!(store.oldest_unfinished_created_at().await.unwrap(), None);
+    let oldest = new_attempt("op-oldest", t0(), t0());
+    insert(store, &oldest).await;
+    let newer = t0() + Duration::seconds(30);
+    insert(store, &new_attempt("op-newer", newer, newer)).await;
+    assert_eq!(store.oldest_unfinished_created_at().await.unwrap(), Some(micros(t0())));
+    store.finish_round(oldest.id, oldest.lease.owner, &round(AttemptStatus::Failed, t0()), t0()).await.unwrap().unwrap();
+    assert_eq!(store.oldest_unfinished_created_at().await.unwrap(), Some(micros(newer)), "finished rows do not count");
+}
+
 on_both_backends!(
     the_first_insert_wins_and_the_row_reads_back_as_written,
     a_lease_is_taken_only_when_free_or_expired_and_only_its_holder_finishes,
     finish_round_moves_status_only_forward,
     concurrent_claimers_never_get_the_same_row,
     lists_are_newest_first_with_ties_broken_by_id,
+    the_oldest_unfinished_attempt_is_found_among_unfinished_ones_only,
 );

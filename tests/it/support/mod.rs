@@ -5,6 +5,7 @@
 // Helpers shared by every test module; not every module uses each of them.
 #![allow(dead_code)]
 
+pub mod attempts;
 mod backend;
 pub mod database;
 
@@ -76,6 +77,8 @@ pub fn test_config(database_url: &str, simulator_url: &str) -> Config {
     config.charge.lease_ms = 2_500;
     config.charge.recovery_grace_ms = 2_500;
     config.charge.concurrent_wait_ms = 5_000;
+    // Tests drive the sweep with `try_sweep_once()`; a scheduled pass would race their counts.
+    config.sweep.enabled = false;
     config.consumers = vec![
         ConsumerConfig { name: "orders".into(), token_sha256: hash_token(ORDERS_TOKEN) },
         ConsumerConfig { name: "billing".into(), token_sha256: hash_token(BILLING_TOKEN) },
