@@ -11,7 +11,7 @@ use chargeguard::startup::Application;
 use tokio_util::sync::CancellationToken;
 
 use super::{assert_settled, creates, seed_due_rows, stored};
-use crate::support::{SIM_API_KEY, TestApp, test_config};
+use crate::support::{Backend, SIM_API_KEY, TestApp, on_both_backends, test_config};
 
 const STUCK_ROWS: usize = 1_000;
 
@@ -33,9 +33,8 @@ async fn sweep_to_the_end(sweeper: &Orchestrator) -> Vec<SweepOutcome> {
     panic!("a sweeper kept claiming rows");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_sweepers_over_a_thousand_stuck_rows_reconcile_each_row_exactly_once() {
-    let app = TestApp::spawn_with(sweep_settings).await;
+async fn two_sweepers_over_a_thousand_stuck_rows_reconcile_each_row_exactly_once(backend: Backend) {
+    let app = TestApp::spawn_backend_with(backend, sweep_settings).await;
     let seeded = seed_due_rows(&app, "stuck", STUCK_ROWS).await;
     // A second replica: its own pool and provider client, the same database, simulator and clock.
     let mut config = test_config(&app.database.url, &app.simulator.base_url());
@@ -76,9 +75,8 @@ async fn two_sweepers_over_a_thousand_stuck_rows_reconcile_each_row_exactly_once
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), STUCK_ROWS);
 }
 
-#[tokio::test]
-async fn a_cancelled_pass_stops_before_its_next_row() {
-    let app = TestApp::spawn().await;
+async fn a_cancelled_pass_stops_before_its_next_row(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let seeded = seed_due_rows(&app, "cancelled", 3).await;
     let cancel = CancellationToken::new();
     cancel.cancel();
@@ -90,9 +88,8 @@ async fn a_cancelled_pass_stops_before_its_next_row() {
     assert!(creates(&app).await.is_empty());
 }
 
-#[tokio::test]
-async fn sweep_once_from_the_command_line_prints_its_outcome() {
-    let app = TestApp::spawn().await;
+async fn sweep_once_from_the_command_line_prints_its_outcome(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let seeded = seed_due_rows(&app, "cron", 3).await;
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
         .args(["sweep", "--once"])
@@ -111,3 +108,12 @@ async fn sweep_once_from_the_command_line_prints_its_outcome() {
     let operations: Vec<&str> = seeded.iter().map(|row| row.operation_key.as_str()).collect();
     assert_settled(&app, &operations).await;
 }
+
+// Two replicas on one SQLite file work too (its one write lock orders their claims), though the
+// embedded store is meant for one process: README, Storage.
+on_both_backends!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    two_sweepers_over_a_thousand_stuck_rows_reconcile_each_row_exactly_once,
+    a_cancelled_pass_stops_before_its_next_row,
+    sweep_once_from_the_command_line_prints_its_outcome,
+);

@@ -14,7 +14,7 @@ use super::{
     advance, assert_settled, hours, leave_pending, metrics_text, minutes, shown, stored,
     sweep_until_idle,
 };
-use crate::support::{TestApp, charge_request, outcome_of, status_of};
+use crate::support::{Backend, TestApp, charge_request, on_both_backends, outcome_of, status_of};
 
 /// Requests the simulator received at or after `since` (sim clock).
 async fn requests_since(app: &TestApp, since: i64) -> Vec<RequestLogEntry> {
@@ -37,9 +37,8 @@ fn assert_no_create_with(after_jump: &[RequestLogEntry], old_keys: &[Idempotency
     assert!(searched && listed, "past the window the provider is searched and listed");
 }
 
-#[tokio::test]
-async fn after_a_25_hour_jump_the_sweep_adopts_what_was_charged_and_expires_what_never_happened() {
-    let app = TestApp::spawn().await;
+async fn after_a_25_hour_jump_the_sweep_adopts_what_was_charged_and_expires_what_never_happened(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let charged = ["window-charged-1", "window-charged-2"];
     let never = ["window-never-1", "window-never-2"];
     let mut old_keys = Vec::new();
@@ -72,9 +71,8 @@ async fn after_a_25_hour_jump_the_sweep_adopts_what_was_charged_and_expires_what
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2, "no new charge");
 }
 
-#[tokio::test]
-async fn a_redelivered_charge_past_the_window_looks_up_instead_of_resending() {
-    let app = TestApp::spawn().await;
+async fn a_redelivered_charge_past_the_window_looks_up_instead_of_resending(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let charged_key =
         leave_pending(&app, "late-charged", FaultKind::ApplyThenFail).await.idempotency_key;
     let never_key =
@@ -96,9 +94,8 @@ async fn a_redelivered_charge_past_the_window_looks_up_instead_of_resending() {
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1);
 }
 
-#[tokio::test]
-async fn a_double_charge_found_past_the_window_is_adopted_and_flagged() {
-    let app = TestApp::spawn().await;
+async fn a_double_charge_found_past_the_window_is_adopted_and_flagged(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let attempt = leave_pending(&app, "double-1", FaultKind::ApplyThenFail).await;
     // A second object for the same attempt, as a key the provider forgot would have made.
     let second = app
@@ -133,9 +130,8 @@ async fn a_double_charge_found_past_the_window_is_adopted_and_flagged() {
     assert!(metrics.contains("chargeguard_double_charges_found_total"), "{metrics}");
 }
 
-#[tokio::test]
-async fn requires_action_rows_are_read_and_adopted_then_cancelled_past_their_age() {
-    let app = TestApp::spawn().await;
+async fn requires_action_rows_are_read_and_adopted_then_cancelled_past_their_age(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     for operation in ["action-completed", "action-abandoned"] {
         let mut request = charge_request(operation);
         request.payment_method = "pm_card_authenticationRequired".into();
@@ -166,3 +162,11 @@ async fn requires_action_rows_are_read_and_adopted_then_cancelled_past_their_age
     assert_eq!(intent.status, "canceled");
     assert_settled(&app, &["action-completed", "action-abandoned"]).await;
 }
+
+// Single-process recovery: the same tests on both stores.
+on_both_backends!(
+    after_a_25_hour_jump_the_sweep_adopts_what_was_charged_and_expires_what_never_happened,
+    a_redelivered_charge_past_the_window_looks_up_instead_of_resending,
+    a_double_charge_found_past_the_window_is_adopted_and_flagged,
+    requires_action_rows_are_read_and_adopted_then_cancelled_past_their_age,
+);

@@ -10,17 +10,14 @@ mod outage;
 use std::time::Duration;
 
 use chargeguard::clock::Clock;
-use chargeguard::domain::{
-    Attempt, AttemptId, AttemptStatus, ChargeParams, ConsumerName, Currency, Lease, LeaseOwner,
-    Metadata, OperationKey, PaymentMethodId, derive_idempotency_key,
-};
+use chargeguard::domain::{Attempt, AttemptStatus, ConsumerName, Lease, LeaseOwner, OperationKey};
 use chargeguard::grpc::proto::{self, GetAttemptRequest, get_attempt_request::Selector};
 use chargeguard::orchestrator::SweepOutcome;
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, RequestLogEntry};
-use chargeguard::store::{InsertOutcome, NewAttempt};
 use futures::StreamExt;
 use uuid::Uuid;
 
+use crate::support::attempts::{insert_new, pending_attempt};
 use crate::support::{ORDERS_TOKEN, TestApp, authed, charge_request, error_code};
 
 /// Passes a test may need to drain what is due; more means rows are being claimed again.
@@ -91,33 +88,8 @@ pub async fn seed_due_rows(app: &TestApp, prefix: &str, count: usize) -> Vec<Att
         .map(|index| {
             let store = store.clone();
             async move {
-                let consumer = orders();
-                let operation_key = OperationKey::parse(&format!("{prefix}-{index}")).unwrap();
-                let params = ChargeParams {
-                    amount_minor: 1_000,
-                    currency: Currency::parse("usd").unwrap(),
-                    payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-                    customer: None,
-                    description: None,
-                    metadata: Metadata::from_stored(Default::default()),
-                };
-                let new = NewAttempt {
-                    id: AttemptId::from_uuid(Uuid::now_v7()),
-                    idempotency_key: derive_idempotency_key(&consumer, &operation_key, 0),
-                    consumer,
-                    operation_key,
-                    fingerprint: params.fingerprint(),
-                    params,
-                    provider: "stripe",
-                    generation: 0,
-                    lease: Lease { owner: LeaseOwner::from_uuid(Uuid::new_v4()), expires_at: now },
-                    next_check_at: now,
-                    now,
-                };
-                match store.insert_pending(&new).await.unwrap() {
-                    InsertOutcome::Inserted(attempt) => attempt,
-                    InsertOutcome::Existing(_) => panic!("operation seeded twice"),
-                }
+                let lease = Lease { owner: LeaseOwner::from_uuid(Uuid::new_v4()), expires_at: now };
+                insert_new(store.as_ref(), &pending_attempt(&format!("{prefix}-{index}"), lease, now, now)).await
             }
         })
         .buffer_unordered(8)

@@ -11,7 +11,7 @@ use super::{
     advance, assert_settled, creates, hours, leave_pending, metrics_text, minutes, shown, stored,
     sweep_until_idle,
 };
-use crate::support::{TestApp, charge_request, error_code};
+use crate::support::{Backend, TestApp, charge_request, error_code, on_both_backends};
 
 /// Every request to `target` fails the same way until the faults are cleared.
 async fn outage(app: &TestApp, target: impl Into<FaultTarget>, kind: FaultKind) {
@@ -34,9 +34,8 @@ fn assert_backing_off(app: &TestApp, attempt: &Attempt) -> chrono::Duration {
     wait
 }
 
-#[tokio::test]
-async fn an_outage_inside_the_window_backs_off_and_adopts_later() {
-    let app = TestApp::spawn().await;
+async fn an_outage_inside_the_window_backs_off_and_adopts_later(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let operations = ["outage-never", "outage-charged"];
     leave_pending(&app, operations[0], FaultKind::FailBeforeApply).await;
     leave_pending(&app, operations[1], FaultKind::ApplyThenFail).await;
@@ -72,9 +71,8 @@ async fn an_outage_inside_the_window_backs_off_and_adopts_later() {
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2);
 }
 
-#[tokio::test]
-async fn an_outage_past_the_window_never_expires_what_it_cannot_see() {
-    let app = TestApp::spawn().await;
+async fn an_outage_past_the_window_never_expires_what_it_cannot_see(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let operations = ["gone-never", "gone-charged"];
     leave_pending(&app, operations[0], FaultKind::FailBeforeApply).await;
     leave_pending(&app, operations[1], FaultKind::ApplyThenFail).await;
@@ -107,9 +105,8 @@ async fn an_outage_past_the_window_never_expires_what_it_cannot_see() {
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1);
 }
 
-#[tokio::test]
-async fn a_row_out_of_checks_is_flagged_for_review_and_never_sent_again() {
-    let app = TestApp::spawn_with(|config| config.sweep.check_count_max = 3).await;
+async fn a_row_out_of_checks_is_flagged_for_review_and_never_sent_again(backend: Backend) {
+    let app = TestApp::spawn_backend_with(backend, |config| config.sweep.check_count_max = 3).await;
     leave_pending(&app, "stuck-1", FaultKind::FailBeforeApply).await;
     outage(&app, FaultTarget::All, FaultKind::FailBeforeApply).await;
     // The charge made check 1; the sweep makes checks 2 and 3.
@@ -158,3 +155,10 @@ async fn a_row_out_of_checks_is_flagged_for_review_and_never_sent_again() {
     assert_eq!(parked.status, AttemptStatus::Pending);
     assert_eq!(parked.review_reason.as_deref(), Some(reason.as_str()));
 }
+
+// Single-process recovery: the same tests on both stores.
+on_both_backends!(
+    an_outage_inside_the_window_backs_off_and_adopts_later,
+    an_outage_past_the_window_never_expires_what_it_cannot_see,
+    a_row_out_of_checks_is_flagged_for_review_and_never_sent_again,
+);
