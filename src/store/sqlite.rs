@@ -81,7 +81,9 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect_options)
             .await
-            .map_err(|error| StoreError::Unavailable(format!("opening SQLite at {path}: {error}")))?;
+            .map_err(|error| {
+                StoreError::Unavailable(format!("opening SQLite at {path}: {error}"))
+            })?;
         Ok(Self { pool })
     }
 
@@ -99,7 +101,10 @@ impl SqliteStore {
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await.map_err(|error| StoreError::Unavailable(error.to_string()))
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|error| StoreError::Unavailable(error.to_string()))
     }
 }
 
@@ -258,9 +263,24 @@ impl AttemptStore for SqliteStore {
         .bind(result.provider_payment_id.as_deref())
         .bind(result.provider_status.as_deref())
         .bind(result.failure.as_ref().map(|failure| failure.code.as_str()))
-        .bind(result.failure.as_ref().map(|failure| failure.message.as_str()))
-        .bind(result.next_action.as_ref().map(|action| action.kind.as_str()))
-        .bind(result.next_action.as_ref().and_then(|action| action.redirect_url.as_deref()))
+        .bind(
+            result
+                .failure
+                .as_ref()
+                .map(|failure| failure.message.as_str()),
+        )
+        .bind(
+            result
+                .next_action
+                .as_ref()
+                .map(|action| action.kind.as_str()),
+        )
+        .bind(
+            result
+                .next_action
+                .as_ref()
+                .and_then(|action| action.redirect_url.as_deref()),
+        )
         .bind(result.review_reason.as_deref())
         .bind(i64::from(result.calls_made))
         .bind(micros(result.next_check_at))
@@ -352,7 +372,10 @@ impl AttemptStore for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.map_err(unavailable)?;
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(unavailable)?;
         Ok(())
     }
 }
@@ -374,7 +397,9 @@ impl AttemptColumns for SqliteRow {
     }
 
     fn time(&self, column: &str) -> Result<Option<DateTime<Utc>>, ColumnError> {
-        self.try_get::<Option<i64>, _>(column)?.map(instant_from_micros).transpose()
+        self.try_get::<Option<i64>, _>(column)?
+            .map(instant_from_micros)
+            .transpose()
     }
 
     fn count(&self, column: &str) -> Result<i64, ColumnError> {
@@ -422,12 +447,17 @@ mod tests {
     fn every_postgres_migration_of_payment_attempts_has_a_sqlite_twin() {
         // The two schemas must not drift: a change to payment_attempts on PostgreSQL needs its
         // SQLite counterpart, with the same version and name.
-        let sqlite: Vec<(i64, String)> =
-            MIGRATOR.iter().map(|m| (m.version, m.description.to_string())).collect();
+        let sqlite: Vec<(i64, String)> = MIGRATOR
+            .iter()
+            .map(|m| (m.version, m.description.to_string()))
+            .collect();
         for migration in super::super::postgres::MIGRATOR.iter() {
             if migration.sql.contains("payment_attempts") {
                 let twin = (migration.version, migration.description.to_string());
-                assert!(sqlite.contains(&twin), "no migrations/sqlite twin of {twin:?}");
+                assert!(
+                    sqlite.contains(&twin),
+                    "no migrations/sqlite twin of {twin:?}"
+                );
             }
         }
     }
@@ -447,18 +477,26 @@ mod tests {
         let store = open_in(dir.path()).await;
         let mut connection = store.pool().acquire().await.unwrap();
         let pragma = |name: &'static str| format!("PRAGMA {name}");
-        let journal: String =
-            sqlx::query_scalar(&pragma("journal_mode")).fetch_one(&mut *connection).await.unwrap();
+        let journal: String = sqlx::query_scalar(&pragma("journal_mode"))
+            .fetch_one(&mut *connection)
+            .await
+            .unwrap();
         assert_eq!(journal, "wal");
         // 2 = FULL (0 OFF, 1 NORMAL, 3 EXTRA).
-        let synchronous: i64 =
-            sqlx::query_scalar(&pragma("synchronous")).fetch_one(&mut *connection).await.unwrap();
+        let synchronous: i64 = sqlx::query_scalar(&pragma("synchronous"))
+            .fetch_one(&mut *connection)
+            .await
+            .unwrap();
         assert_eq!(synchronous, 2);
-        let foreign_keys: i64 =
-            sqlx::query_scalar(&pragma("foreign_keys")).fetch_one(&mut *connection).await.unwrap();
+        let foreign_keys: i64 = sqlx::query_scalar(&pragma("foreign_keys"))
+            .fetch_one(&mut *connection)
+            .await
+            .unwrap();
         assert_eq!(foreign_keys, 1);
-        let busy_timeout_ms: i64 =
-            sqlx::query_scalar(&pragma("busy_timeout")).fetch_one(&mut *connection).await.unwrap();
+        let busy_timeout_ms: i64 = sqlx::query_scalar(&pragma("busy_timeout"))
+            .fetch_one(&mut *connection)
+            .await
+            .unwrap();
         assert_eq!(busy_timeout_ms, 5_000);
     }
 
@@ -502,9 +540,14 @@ mod tests {
         .fetch_all(store.pool())
         .await
         .unwrap();
-        let details: Vec<&str> = plan.iter().map(|(_, _, _, detail)| detail.as_str()).collect();
+        let details: Vec<&str> = plan
+            .iter()
+            .map(|(_, _, _, detail)| detail.as_str())
+            .collect();
         assert!(
-            details.iter().any(|detail| detail.contains("payment_attempts_unfinished_due")),
+            details
+                .iter()
+                .any(|detail| detail.contains("payment_attempts_unfinished_due")),
             "{details:?}"
         );
     }
@@ -520,9 +563,14 @@ mod tests {
         .fetch_all(store.pool())
         .await
         .unwrap();
-        let details: Vec<&str> = plan.iter().map(|(_, _, _, detail)| detail.as_str()).collect();
+        let details: Vec<&str> = plan
+            .iter()
+            .map(|(_, _, _, detail)| detail.as_str())
+            .collect();
         assert!(
-            details.iter().any(|detail| detail.contains("payment_attempts_unfinished_created")),
+            details
+                .iter()
+                .any(|detail| detail.contains("payment_attempts_unfinished_created")),
             "{details:?}"
         );
     }
@@ -543,6 +591,9 @@ mod tests {
         .execute(store.pool())
         .await
         .unwrap_err();
-        assert!(error.to_string().contains("key_window_started_at"), "{error}");
+        assert!(
+            error.to_string().contains("key_window_started_at"),
+            "{error}"
+        );
     }
 }

@@ -12,7 +12,12 @@ use uuid::Uuid;
 /// A pending `orders` attempt for `operation`: 1000 usd minor units with `pm_card_visa`, a
 /// description and one metadata entry (so that they round-trip through the store), held by
 /// `lease` and due for recovery at `next_check_at`.
-pub fn pending_attempt(operation: &str, lease: Lease, now: DateTime<Utc>, next_check_at: DateTime<Utc>) -> NewAttempt {
+pub fn pending_attempt(
+    operation: &str,
+    lease: Lease,
+    now: DateTime<Utc>,
+    next_check_at: DateTime<Utc>,
+) -> NewAttempt {
     let consumer = ConsumerName::parse("orders").unwrap();
     let operation_key = OperationKey::parse(operation).unwrap();
     let metadata_entries = [("order_id".to_owned(), operation.to_owned())];
@@ -45,6 +50,8 @@ pub fn pending_attempt(operation: &str, lease: Lease, now: DateTime<Utc>, next_c
 pub async fn insert_new(store: &dyn AttemptStore, new: &NewAttempt) -> Attempt {
     match store.insert_pending(new).await.unwrap() {
         InsertOutcome::Inserted(attempt) => attempt,
-        InsertOutcome::Existing(existing) => panic!("operation {} existed as {}", new.operation_key, existing.id),
+        InsertOutcome::Existing(existing) => {
+            panic!("operation {} existed as {}", new.operation_key, existing.id)
+        }
     }
 }
