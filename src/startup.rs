@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
@@ -17,8 +16,8 @@ use crate::grpc::{Authenticator, Operators, PaymentsService, ReportsService, pro
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
 use crate::report::{ReportSettings, Reporter};
-use crate::store::{AttemptStore, PostgresStore};
-use crate::store::postgres::PostgresPoolOptions;
+use crate::store::{AttemptStore, OpenedStore, ReportStore};
+use crate::sweep_job::SweepJob;
 
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -29,7 +28,8 @@ pub struct Application {
     config: Config,
     orchestrator: Orchestrator,
     store: Arc<dyn AttemptStore>,
-    reporter: Reporter,
+    /// `None` on the embedded store.
+    reporter: Option<Reporter>,
     grpc_listener: TcpListener,
     http_listener: TcpListener,
     shutdown: CancellationToken,
@@ -38,24 +38,18 @@ pub struct Application {
 impl Application {
     pub async fn build(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
         config.validate()?;
-        let database_url = config
-            .database
-            .url
-            .as_ref()
-            .context("database.url is not set (CHARGEGUARD_DATABASE__URL)")?;
-        let postgres = PostgresStore::connect_lazy(
-            database_url.expose(),
-            &PostgresPoolOptions {
-                connections_max: config.database.connections_max,
-                acquire_timeout: Duration::from_millis(config.database.acquire_timeout_ms),
-                statement_timeout: Duration::from_millis(config.database.statement_timeout_ms),
-            },
-        )?;
+        let location = crate::store::DatabaseLocation::from_config(&config.database)?;
+        tracing::info!("attempt store: {}", location.describe());
+        let opened = crate::store::open(&config.database).await.context("opening the attempt store")?;
         if config.database.migrate_on_start {
-            postgres.migrate().await.context("applying migrations")?;
+            opened.migrate().await.context("applying migrations")?;
         }
-        let report_store: Arc<dyn crate::store::ReportStore> = Arc::new(postgres.clone());
-        let store: Arc<dyn AttemptStore> = Arc::new(postgres);
+        // Reports stage and join in PostgreSQL; on the embedded store they are unavailable.
+        let report_store: Option<Arc<dyn ReportStore>> = match &opened {
+            OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
+            OpenedStore::Sqlite(_) => None,
+        };
+        let store: Arc<dyn AttemptStore> = opened.into_store();
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig {
             api_key: config.provider.api_key.clone().context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
             base_url: config.provider.base_url.clone(),
@@ -63,7 +57,9 @@ impl Application {
             lookup_pages_max: config.provider.lookup_pages_max,
             return_url: config.provider.return_url.clone(),
         })?);
-        let reporter = Reporter::new(report_store, provider.clone(), clock.clone(), ReportSettings::from_config(&config.report));
+        let reporter = report_store.map(|report_store| {
+            Reporter::new(report_store, provider.clone(), clock.clone(), ReportSettings::from_config(&config.report))
+        });
         let orchestrator = Orchestrator::new(store.clone(), provider, clock, config.orchestrator_settings());
         let grpc_listener = TcpListener::bind(config.server.grpc_listen)
             .await
@@ -105,6 +101,7 @@ impl Application {
                 .into_server();
         let payments = PaymentsService::new(self.orchestrator.clone(), authenticator).into_server();
 
+        let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
         let shutdown = self.shutdown.clone();
         let store = self.store.clone();
         let health_task = tokio::spawn({
@@ -148,15 +145,29 @@ impl Application {
             .add_service(reflection)
             .add_service(payments)
             .add_service(reports)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), shutdown.clone().cancelled_owned());
+            .serve_with_incoming_shutdown(
+                // Nagle's algorithm with delayed ACKs adds ~40 ms to small gRPC replies.
+                tonic::transport::server::TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
+                shutdown.clone().cancelled_owned(),
+            );
         let http = axum::serve(self.http_listener, crate::http::router(crate::http::HttpState { store: self.store.clone() }))
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let grpc = tokio::spawn(grpc);
         let http = tokio::spawn(async move { http.await });
-        tracing::info!(grpc = %self.config.server.grpc_listen, http = %self.config.server.http_listen, "chargeguard serving");
+        let sweep = if self.config.sweep.enabled {
+            Some(SweepJob::start(self.orchestrator.clone(), &self.config.sweep.schedule, shutdown.clone()).await?)
+        } else {
+            None
+        };
+        // The bound addresses, not the configured ones: with port 0 this line is how a parent
+        // process (the crash-point tests) learns where to connect.
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, "chargeguard serving");
         shutdown.cancelled().await;
         let grace = Duration::from_millis(self.config.server.shutdown_grace_ms);
         let drained = tokio::time::timeout(grace, async {
+            if let Some(sweep) = sweep {
+                sweep.stop().await;
+            }
             let grpc = grpc.await;
             let http = http.await;
             (grpc, http)

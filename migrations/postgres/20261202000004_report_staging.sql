@@ -1,5 +1,6 @@
--- Staging for reconciliation reports (src/report/). A run streams the provider's objects into
--- these tables page by page, joins them with payment_attempts inside the database into
+-- Staging for reconciliation reports (src/report/), PostgreSQL only: the attempts table itself
+-- is not changed, so this migration has no SQLite twin. A run streams the provider's objects into
+-- these tables page by page, joins them with the charge attempts inside the database into
 -- report_rows, reads report_rows back in bounded pages, and deletes its run at the end. So the
 -- report's memory does not grow with the period, and both passes over the rows (summary, then
 -- rows) read the same snapshot.
@@ -16,8 +17,8 @@ CREATE UNLOGGED TABLE report_runs (
 CREATE UNLOGGED TABLE report_provider_payments (
     run_id                UUID NOT NULL REFERENCES report_runs ON DELETE CASCADE,
     provider_payment_id   TEXT NOT NULL,
-    -- the attempt this object belongs to: by its chargeguard_attempt_id metadata, else by our
-    -- provider_payment_id; NULL for an orphan
+    -- the attempt this object belongs to: by its chargeguard_attempt_id metadata, else by the
+    -- id the attempt recorded; NULL for an orphan
     attempt_id            UUID,
     linked_by             TEXT CHECK (linked_by IN ('metadata', 'provider_payment_id')),
     status                TEXT NOT NULL,

@@ -38,13 +38,14 @@ impl Operators {
 }
 
 pub struct ReportsService {
-    reporter: Reporter,
+    /// `None` on the embedded store: reports need PostgreSQL.
+    reporter: Option<Reporter>,
     operators: Operators,
     consumers: Authenticator,
 }
 
 impl ReportsService {
-    pub fn new(reporter: Reporter, operators: Operators, consumers: Authenticator) -> Self {
+    pub fn new(reporter: Option<Reporter>, operators: Operators, consumers: Authenticator) -> Self {
         Self { reporter, operators, consumers }
     }
 
@@ -78,10 +79,11 @@ impl Reports for ReportsService {
         request: Request<proto::ReconciliationRequest>,
     ) -> Result<Response<Self::StreamReconciliationStream>, Status> {
         let operator = self.authorize(request.metadata())?;
-        let period = period(request.get_ref(), self.reporter.settings().period_days_max)?;
+        let reporter = self.reporter.clone().ok_or_else(status::reports_unavailable)?;
+        let period = period(request.get_ref(), reporter.settings().period_days_max)?;
         tracing::info!(%operator, from = %period.from(), to = %period.to(), "reconciliation report requested");
         let (sender, receiver) = mpsc::channel(CHUNKS_BUFFERED_MAX);
-        tokio::spawn(stream_report(self.reporter.clone(), period, sender));
+        tokio::spawn(stream_report(reporter, period, sender));
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
 }

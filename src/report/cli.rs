@@ -15,7 +15,7 @@ use super::{ReportPeriod, ReportSettings, Reporter};
 use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::provider::{StripeProvider, StripeProviderConfig};
-use crate::store::PostgresStore;
+use crate::store::{DatabaseLocation, PostgresStore};
 use crate::store::postgres::PostgresPoolOptions;
 
 /// The CLI's pool: staging and row pages run one at a time.
@@ -58,6 +58,8 @@ async fn produce(config_file: Option<&Path>, args: &ReportArgs) -> anyhow::Resul
     let settings = ReportSettings::from_config(&config.report);
     let period = ReportPeriod::parse(&args.from, &args.to, settings.period_days_max)?;
     let database_url = config.database.url.as_ref().context("database.url is not set (CHARGEGUARD_DATABASE__URL)")?;
+    let location = DatabaseLocation::from_config(&config.database)?;
+    anyhow::ensure!(location == DatabaseLocation::Postgres, "reports need PostgreSQL; {} is not", location.describe());
     let store = PostgresStore::connect_lazy(
         database_url.expose(),
         &PostgresPoolOptions {
