@@ -15,13 +15,17 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tonic::Code;
 
-use crate::support::{ORDERS_TOKEN, SIM_API_KEY, TestApp, authed, charge_request};
+use crate::support::{Backend, ORDERS_TOKEN, SIM_API_KEY, TestApp, authed, charge_request, error_code};
 
 const FINANCE_TOKEN: &str = "finance-token-0123456789";
 const ADMIN_TOKEN: &str = "admin-token-0123456789";
 
 async fn spawn_app() -> TestApp {
-    TestApp::spawn_with(|config| {
+    spawn_app_on(Backend::Postgres).await
+}
+
+async fn spawn_app_on(backend: Backend) -> TestApp {
+    TestApp::spawn_backend_with(backend, |config| {
         config.operators = vec![
             OperatorConfig { name: "finance".into(), token_sha256: hash_token(FINANCE_TOKEN), role: OperatorRole::Finance },
             OperatorConfig { name: "admin".into(), token_sha256: hash_token(ADMIN_TOKEN), role: OperatorRole::Admin },
@@ -486,4 +490,15 @@ async fn errors_exit_two_and_leave_no_output_file() {
     let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
     let (runs,): (i64,) = sqlx::query_as("SELECT count(*) FROM report_runs").fetch_one(&pool).await.unwrap();
     assert_eq!(runs, 0, "a failed run deletes its staging");
+}
+
+#[tokio::test]
+async fn on_the_embedded_store_reports_are_refused_with_a_reason() {
+    let app = spawn_app_on(Backend::Sqlite).await;
+    let refused = stream(&app, Some(FINANCE_TOKEN)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert_eq!(error_code(&refused), "reports_unavailable");
+    assert!(refused.message().contains("PostgreSQL"), "{}", refused.message());
+    // Authentication still comes first.
+    assert_eq!(stream(&app, Some(ORDERS_TOKEN)).await.unwrap_err().code(), Code::PermissionDenied);
 }
