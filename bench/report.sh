@@ -58,9 +58,11 @@ for format in csv json html; do
         --output "$WORK/report.$format" 2>"$WORK/time.$format"
     code=$?
     set -e
-    wall=$(grep 'Elapsed (wall clock)' "$WORK/time.$format" | awk '{print $NF}')
-    rss=$(grep 'Maximum resident set size' "$WORK/time.$format" | awk '{print $NF}')
+    field() { grep "$1" "$WORK/time.$format" | awk '{print $NF}'; }
     size=$(stat -c %s "$WORK/report.$format")
-    echo "format=$format exit=$code wall=$wall peak_rss_kib=$rss output_bytes=$size"
+    echo "format=$format exit=$code wall=$(field 'Elapsed (wall clock)') user_s=$(field 'User time') \
+sys_s=$(field 'System time') peak_rss_kib=$(field 'Maximum resident set size') output_bytes=$size"
+    # The staging phase (provider listing, join, summary pass), from the report's own log.
+    grep -o 'report prepared.*' "$WORK/time.$format" | sed 's/\x1b\[[0-9;]*m//g' || true
     grep -E '^  (double_charge|missing_at_provider|orphan|amount_mismatch|matched) ' "$WORK/time.$format" || true
 done
