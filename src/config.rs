@@ -21,6 +21,8 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub provider: ProviderConfig,
     pub charge: ChargeConfig,
+    /// The first-run defaults: the built-in simulator and the demo consumer.
+    pub embedded: EmbeddedConfig,
     /// Callers and their bearer tokens (stored as SHA-256 hex, never in clear).
     pub consumers: Vec<ConsumerConfig>,
 }
@@ -79,6 +81,17 @@ pub struct ChargeConfig {
     pub list_page_size_max: u32,
 }
 
+/// What `serve` does when it is started with nothing configured (see README "First run").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddedConfig {
+    /// Where the built-in Stripe simulator listens when `provider.api_key` is unset.
+    pub simulator_listen: SocketAddr,
+    /// Where the demo consumer's token is kept (mode 0600) when no consumers are configured and
+    /// the provider is the built-in simulator. Relative paths are from the working directory.
+    pub demo_token_file: std::path::PathBuf,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConsumerConfig {
@@ -94,6 +107,7 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             provider: ProviderConfig::default(),
             charge: ChargeConfig::default(),
+            embedded: EmbeddedConfig::default(),
             consumers: Vec::new(),
         }
     }
@@ -153,13 +167,26 @@ impl Default for ChargeConfig {
     }
 }
 
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        Self {
+            simulator_listen: "127.0.0.1:0".parse().expect("literal address"),
+            demo_token_file: crate::embedded::DEMO_TOKEN_FILE_DEFAULT.into(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read configuration: {0}")]
+    #[error("cannot read configuration:\n  - {0}")]
     Load(String),
     #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
     Invalid(Vec<String>),
 }
+
+/// `CHARGEGUARD_…` variables that belong to the command line, not to `Config` (lowercase, as
+/// figment sees them); any other unknown `CHARGEGUARD_…` variable is an error, so typos show.
+const NOT_OPTIONS: [&str; 7] = ["config", "log_format", "token", "token_file", "server_url", "sim_listen", "sim_webhook_secret"];
 
 impl Config {
     /// Defaults, then the TOML file (if given), then `CHARGEGUARD_…` variables.
@@ -171,8 +198,8 @@ impl Config {
             }
             figment = figment.merge(Toml::file(file));
         }
-        figment = figment.merge(Env::prefixed("CHARGEGUARD_").split("__"));
-        figment.extract().map_err(|error| ConfigError::Load(error.to_string()))
+        figment = figment.merge(Env::prefixed("CHARGEGUARD_").split("__").ignore(&NOT_OPTIONS));
+        figment.extract().map_err(|error| ConfigError::Load(describe_load_error(error)))
     }
 
     /// Checks every bound and every relation between options; lists all problems at once.
@@ -204,6 +231,15 @@ impl Config {
         check((1..=charge.list_page_size_max).contains(&charge.list_page_size_default), "charge.list_page_size_default must be 1..list_page_size_max");
         check(self.server.request_timeout_ms >= 1_000, "server.request_timeout_ms must be at least 1000");
         check(self.server.concurrent_requests_max >= 1, "server.concurrent_requests_max must be at least 1");
+        check(
+            provider.base_url.is_none() || provider.api_key.is_some(),
+            "provider.base_url is set but provider.api_key is not: set both, or neither to use the built-in simulator",
+        );
+        check(
+            self.server.shutdown_grace_ms > provider.call_timeout_ms && self.server.shutdown_grace_ms <= 600_000,
+            "server.shutdown_grace_ms must exceed provider.call_timeout_ms (a call in flight finishes) and be at most 600000",
+        );
+        check(!self.embedded.demo_token_file.as_os_str().is_empty(), "embedded.demo_token_file must not be empty");
         for consumer in &self.consumers {
             check(crate::domain::ConsumerName::parse(&consumer.name).is_ok(), &format!("consumers: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", consumer.name));
             let hash_ok = consumer.token_sha256.len() == 64
@@ -231,6 +267,30 @@ impl Config {
             list_page_size_max: charge.list_page_size_max,
         }
     }
+}
+
+/// One line per problem, each naming the option and where its value came from: the file, or the
+/// exact environment variable (figment alone says "CHARGE.LEASE_MS in `CHARGEGUARD_` …").
+fn describe_load_error(error: figment::Error) -> String {
+    let problems: Vec<String> = error
+        .into_iter()
+        .map(|error| {
+            let option = error.path.join(".");
+            let source = match error.metadata.as_ref() {
+                Some(metadata) => match &metadata.source {
+                    Some(figment::Source::File(path)) => format!(" in {}", path.display()),
+                    _ if metadata.name.contains("environment") => {
+                        format!(" in environment variable CHARGEGUARD_{}", option.to_ascii_uppercase().replace('.', "__"))
+                    }
+                    _ => String::new(),
+                },
+                None => String::new(),
+            };
+            let option = if option.is_empty() { "(top level)".to_owned() } else { option };
+            format!("{option}: {}{source}", error.kind)
+        })
+        .collect();
+    problems.join("\n  - ")
 }
 
 #[cfg(test)]

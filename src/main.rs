@@ -31,6 +31,10 @@ enum Command {
     Migrate,
     /// Runs the Stripe-compatible simulator alone (no Stripe account needed).
     StripeSim(chargeguard::simulator::cli::SimArgs),
+    /// Charges once per operation, through a running server.
+    Charge(chargeguard::cli::ChargeArgs),
+    /// Reads attempts from a running server.
+    Attempt(chargeguard::cli::AttemptArgs),
     /// Prints the SHA-256 of a bearer token, as `consumers[].token_sha256` wants it.
     HashToken {
         /// Read from standard input when omitted, so the token stays out of shell history.
@@ -113,6 +117,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             chargeguard::simulator::cli::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Charge(args) => Ok(chargeguard::cli::charge(args).await),
+        Command::Attempt(args) => Ok(chargeguard::cli::attempt(args).await),
         Command::HashToken { token } => {
             let token = match token {
                 Some(token) => token,

@@ -16,11 +16,18 @@ use crate::config::Config;
 use crate::grpc::{Authenticator, PaymentsService, proto};
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
+use crate::secret::Secret;
+use crate::simulator::SimulatorHandle;
 use crate::store::{AttemptStore, PostgresStore};
 use crate::store::postgres::PostgresPoolOptions;
 
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
+/// Health service names that follow the database: NOT_SERVING while `store.ping()` fails.
+const READINESS_SERVICES: [&str; 2] = ["", "chargeguard.v1.Payments"];
+/// A health service name that is SERVING while the process runs, whatever the database does:
+/// for liveness probes, which must not restart a process because its database is down.
+pub const LIVENESS_SERVICE: &str = "liveness";
 /// How often the metrics recorder drains its histograms.
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -31,11 +38,15 @@ pub struct Application {
     grpc_listener: TcpListener,
     http_listener: TcpListener,
     shutdown: CancellationToken,
+    /// The built-in simulator, when no provider key is configured; stopped after the servers.
+    simulator: Option<SimulatorHandle>,
 }
 
 impl Application {
-    pub async fn build(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
+    pub async fn build(mut config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
         config.validate()?;
+        let simulator = start_embedded_simulator(&mut config).await?;
+        add_demo_consumer(&mut config, simulator.as_ref())?;
         let database_url = config
             .database
             .url
@@ -67,7 +78,7 @@ impl Application {
         let http_listener = TcpListener::bind(config.server.http_listen)
             .await
             .with_context(|| format!("binding HTTP on {}", config.server.http_listen))?;
-        Ok(Self { config, orchestrator, store, grpc_listener, http_listener, shutdown: CancellationToken::new() })
+        Ok(Self { config, orchestrator, store, grpc_listener, http_listener, shutdown: CancellationToken::new(), simulator })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -100,17 +111,27 @@ impl Application {
 
         let shutdown = self.shutdown.clone();
         let store = self.store.clone();
+        health_reporter.set_service_status(LIVENESS_SERVICE, tonic_health::ServingStatus::Serving).await;
+        // Not ready until the database has answered once.
+        for service in READINESS_SERVICES {
+            health_reporter.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
+        }
         let health_task = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
                 let mut interval = tokio::time::interval(HEALTH_CHECK_INTERVAL);
                 loop {
                     tokio::select! {
-                        _ = shutdown.cancelled() => return,
+                        _ = shutdown.cancelled() => {
+                            for service in READINESS_SERVICES.into_iter().chain([LIVENESS_SERVICE]) {
+                                health_reporter.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
+                            }
+                            return;
+                        }
                         _ = interval.tick() => {}
                     }
                     let serving = store.ping().await.is_ok();
-                    for service in ["", "chargeguard.v1.Payments"] {
+                    for service in READINESS_SERVICES {
                         let status = if serving {
                             tonic_health::ServingStatus::Serving
                         } else {
@@ -134,6 +155,7 @@ impl Application {
             }
         });
 
+        let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
         let grpc = tonic::transport::Server::builder()
             .timeout(Duration::from_millis(self.config.server.request_timeout_ms))
             .concurrency_limit_per_connection(self.config.server.concurrent_requests_max)
@@ -145,7 +167,7 @@ impl Application {
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let grpc = tokio::spawn(grpc);
         let http = tokio::spawn(async move { http.await });
-        tracing::info!(grpc = %self.config.server.grpc_listen, http = %self.config.server.http_listen, "chargeguard serving");
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, "chargeguard serving");
         shutdown.cancelled().await;
         let grace = Duration::from_millis(self.config.server.shutdown_grace_ms);
         let drained = tokio::time::timeout(grace, async {
@@ -156,6 +178,10 @@ impl Application {
         .await;
         health_task.abort();
         upkeep_task.abort();
+        // After the servers: an in-flight call may still be talking to the simulator.
+        if let Some(simulator) = self.simulator {
+            simulator.shutdown().await;
+        }
         match drained {
             Ok((grpc, http)) => {
                 grpc.context("gRPC server task")?.context("gRPC server")?;
@@ -165,4 +191,50 @@ impl Application {
             Err(_) => anyhow::bail!("in-flight calls did not finish within {grace:?}"),
         }
     }
+}
+
+/// With no provider key configured, starts the built-in Stripe simulator in this process and
+/// points the provider at it with the simulator's key: the first run needs no Stripe account.
+/// Said loudly at start, since nothing charged there is real.
+async fn start_embedded_simulator(config: &mut Config) -> anyhow::Result<Option<SimulatorHandle>> {
+    if config.provider.api_key.is_some() {
+        return Ok(None);
+    }
+    let listen = config.embedded.simulator_listen;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the built-in simulator on {listen} (embedded.simulator_listen)"))?;
+    let simulator = crate::simulator::spawn(crate::simulator::SimulatorConfig::default(), listener).await?;
+    config.provider.api_key = Some(Secret::new(crate::simulator::DEFAULT_API_KEY));
+    config.provider.base_url = Some(simulator.base_url());
+    tracing::warn!(
+        simulator_url = %simulator.base_url(),
+        "no provider.api_key configured: charging the built-in Stripe simulator at {}, not Stripe; no real money moves",
+        simulator.base_url()
+    );
+    Ok(Some(simulator))
+}
+
+/// With no consumers configured and only the built-in simulator to charge, authenticates the
+/// demo consumer whose token is in a file only the user can read (`crate::embedded`). Never
+/// when a consumer or a real provider key is configured.
+fn add_demo_consumer(config: &mut Config, simulator: Option<&SimulatorHandle>) -> anyhow::Result<()> {
+    if !config.consumers.is_empty() {
+        return Ok(());
+    }
+    if simulator.is_none() {
+        tracing::warn!("no consumers configured: every call will be refused (see consumers in docs/CONFIGURATION.md)");
+        return Ok(());
+    }
+    let path = &config.embedded.demo_token_file;
+    let consumer = crate::embedded::demo_consumer(path).context("preparing the demo consumer (embedded.demo_token_file)")?;
+    tracing::warn!(
+        consumer = %consumer.name,
+        token_file = %path.display(),
+        "no consumers configured: callers authenticate as {:?} with the token in {} (readable only by you); the CLI client reads it from there",
+        consumer.name,
+        path.display()
+    );
+    config.consumers.push(consumer);
+    Ok(())
 }
