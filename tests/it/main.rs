@@ -4,4 +4,5 @@
 mod support;
 
 mod charge;
+mod ops;
 mod simulator;
