@@ -3,7 +3,7 @@
 //! option has a default and a bound, and `validate` checks them together at start.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use figment::Figment;
@@ -42,9 +42,12 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
-    /// `postgres://…`. Secret-bearing: never logged.
+    /// `postgres://…` (PostgreSQL) or `sqlite:…` (a SQLite file); unset means the embedded
+    /// SQLite file at `sqlite_path`. Secret-bearing: never logged.
     #[serde(skip_serializing)]
     pub url: Option<Secret>,
+    /// The embedded store's file when `url` is unset; its directory is created at start.
+    pub sqlite_path: PathBuf,
     pub connections_max: u32,
     pub acquire_timeout_ms: u64,
     pub statement_timeout_ms: u64,
@@ -129,6 +132,7 @@ impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: None,
+            sqlite_path: PathBuf::from("chargeguard-data/chargeguard.sqlite"),
             connections_max: 16,
             acquire_timeout_ms: 5_000,
             statement_timeout_ms: 5_000,
@@ -212,6 +216,9 @@ impl Config {
         };
         let charge = &self.charge;
         let provider = &self.provider;
+        if let Err(problem) = crate::store::DatabaseLocation::from_config(&self.database) {
+            check(false, &problem.to_string());
+        }
         check((1..=1_000).contains(&self.database.connections_max), "database.connections_max must be 1-1000");
         check((100..=600_000).contains(&self.database.statement_timeout_ms), "database.statement_timeout_ms must be 100-600000");
         check((100..=600_000).contains(&self.database.acquire_timeout_ms), "database.acquire_timeout_ms must be 100-600000");

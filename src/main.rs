@@ -99,18 +99,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {
-            let config = Config::load(cli.config.as_deref())?;
-            let url = config.database.url.context("database.url is not set")?;
-            let store = chargeguard::store::PostgresStore::connect_lazy(
-                url.expose(),
-                &chargeguard::store::postgres::PostgresPoolOptions {
-                    connections_max: 1,
-                    acquire_timeout: std::time::Duration::from_millis(config.database.acquire_timeout_ms),
-                    statement_timeout: std::time::Duration::from_secs(600),
-                },
-            )?;
-            store.migrate().await?;
-            println!("migrations applied");
+            let mut config = Config::load(cli.config.as_deref())?;
+            config.validate()?;
+            // One connection, and time for a long migration.
+            config.database.connections_max = 1;
+            config.database.statement_timeout_ms = 600_000;
+            let location = chargeguard::store::DatabaseLocation::from_config(&config.database)?;
+            let store = chargeguard::store::open(&config.database).await.context("opening the attempt store")?;
+            store.migrate().await.context("applying migrations")?;
+            println!("migrations applied to {}", location.describe());
             Ok(ExitCode::SUCCESS)
         }
         Command::StripeSim(args) => {

@@ -18,8 +18,7 @@ use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
 use crate::secret::Secret;
 use crate::simulator::SimulatorHandle;
-use crate::store::{AttemptStore, PostgresStore};
-use crate::store::postgres::PostgresPoolOptions;
+use crate::store::AttemptStore;
 
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -47,23 +46,13 @@ impl Application {
         config.validate()?;
         let simulator = start_embedded_simulator(&mut config).await?;
         add_demo_consumer(&mut config, simulator.as_ref())?;
-        let database_url = config
-            .database
-            .url
-            .as_ref()
-            .context("database.url is not set (CHARGEGUARD_DATABASE__URL)")?;
-        let postgres = PostgresStore::connect_lazy(
-            database_url.expose(),
-            &PostgresPoolOptions {
-                connections_max: config.database.connections_max,
-                acquire_timeout: Duration::from_millis(config.database.acquire_timeout_ms),
-                statement_timeout: Duration::from_millis(config.database.statement_timeout_ms),
-            },
-        )?;
+        let location = crate::store::DatabaseLocation::from_config(&config.database)?;
+        tracing::info!("attempt store: {}", location.describe());
+        let opened = crate::store::open(&config.database).await.context("opening the attempt store")?;
         if config.database.migrate_on_start {
-            postgres.migrate().await.context("applying migrations")?;
+            opened.migrate().await.context("applying migrations")?;
         }
-        let store: Arc<dyn AttemptStore> = Arc::new(postgres);
+        let store: Arc<dyn AttemptStore> = opened.into_store();
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig {
             api_key: config.provider.api_key.clone().context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
             base_url: config.provider.base_url.clone(),

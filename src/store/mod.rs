@@ -3,7 +3,10 @@
 //! Every method is one short statement or transaction: nothing here is ever held open across
 //! a provider call.
 
+pub mod open;
 pub mod postgres;
+mod row;
+pub mod sqlite;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -13,7 +16,9 @@ use crate::domain::{
     IdempotencyKey, Lease, LeaseOwner, NextAction, OperationKey,
 };
 
+pub use open::{DatabaseLocation, OpenedStore, open};
 pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

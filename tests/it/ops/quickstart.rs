@@ -103,6 +103,12 @@ async fn the_readme_quickstart_serves_on_embedded_defaults_and_charges_once() {
     server.terminate();
     let exit = server.wait_exit().await;
     assert!(exit.success(), "{}", server.stderr());
+    assert!(
+        dir.path()
+            .join("chargeguard-data/chargeguard.sqlite")
+            .exists(),
+        "the embedded database is a file in the working directory"
+    );
     let token = std::fs::read_to_string(
         dir.path()
             .join(chargeguard::embedded::DEMO_TOKEN_FILE_DEFAULT),
