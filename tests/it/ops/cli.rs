@@ -122,6 +122,38 @@ async fn charge_and_duplicate_through_the_cli_then_get_and_list() {
         .await,
     );
     assert_eq!(none["attempts"], Value::Array(vec![]));
+    let later = json(
+        &cli(
+            &app,
+            ORDERS_TOKEN,
+            &[
+                "attempt",
+                "list",
+                "--from",
+                "2999-01-01T00:00:00Z",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(
+        later["attempts"],
+        Value::Array(vec![]),
+        "--from filters by creation time"
+    );
+    let window = [
+        "attempt",
+        "list",
+        "--from",
+        "2000-01-01T00:00:00Z",
+        "--to",
+        "2999-01-01T00:00:00Z",
+        "--page-size",
+        "1",
+        "--json",
+    ];
+    let window = json(&cli(&app, ORDERS_TOKEN, &window).await);
+    assert_eq!(window["attempts"][0]["attempt_id"], attempt_id.as_str());
 
     for output in [&by_id, &list] {
         assert!(

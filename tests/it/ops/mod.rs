@@ -6,6 +6,7 @@ mod process;
 mod cli;
 mod config;
 mod deploy;
+mod first_run;
 mod health;
 mod logs;
 mod metrics;
