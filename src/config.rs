@@ -11,7 +11,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::KeyWindow;
-use crate::orchestrator::OrchestratorSettings;
+use crate::orchestrator::{OrchestratorSettings, SweepSettings};
 use crate::secret::Secret;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -23,6 +23,7 @@ pub struct Config {
     pub charge: ChargeConfig,
     /// The first-run defaults: the built-in simulator and the demo consumer.
     pub embedded: EmbeddedConfig,
+    pub sweep: SweepConfig,
     /// Callers and their bearer tokens (stored as SHA-256 hex, never in clear).
     pub consumers: Vec<ConsumerConfig>,
 }
@@ -95,6 +96,24 @@ pub struct EmbeddedConfig {
     pub demo_token_file: std::path::PathBuf,
 }
 
+/// The scheduled pending sweep (see README "Recovery").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SweepConfig {
+    /// Runs the sweep inside `serve`; turn off where `chargeguard sweep --once` runs from cron.
+    pub enabled: bool,
+    /// 6-field cron expression, seconds first, UTC.
+    pub schedule: String,
+    /// Rows one pass reconciles at most.
+    pub batch_max: u32,
+    /// Rows in flight at once (each holds a database connection for its statements).
+    pub concurrency_max: u32,
+    /// Provider rounds after which an unfinished row is flagged for review instead of retried.
+    pub check_count_max: u32,
+    /// A flagged row is looked at (and logged) again this often; it is never sent again.
+    pub review_reminder_hours: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConsumerConfig {
@@ -111,6 +130,7 @@ impl Default for Config {
             provider: ProviderConfig::default(),
             charge: ChargeConfig::default(),
             embedded: EmbeddedConfig::default(),
+            sweep: SweepConfig::default(),
             consumers: Vec::new(),
         }
     }
@@ -176,6 +196,20 @@ impl Default for EmbeddedConfig {
         Self {
             simulator_listen: "127.0.0.1:0".parse().expect("literal address"),
             demo_token_file: crate::embedded::DEMO_TOKEN_FILE_DEFAULT.into(),
+        }
+    }
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            schedule: "0 * * * * *".to_owned(),
+            batch_max: 200,
+            concurrency_max: 8,
+            // About three days at the default one-hour backoff cap.
+            check_count_max: 72,
+            review_reminder_hours: 24,
         }
     }
 }
@@ -247,6 +281,12 @@ impl Config {
             "server.shutdown_grace_ms must exceed provider.call_timeout_ms (a call in flight finishes) and be at most 600000",
         );
         check(!self.embedded.demo_token_file.as_os_str().is_empty(), "embedded.demo_token_file must not be empty");
+        let sweep = &self.sweep;
+        check(crate::sweep_job::schedule_is_valid(&sweep.schedule), &format!("sweep.schedule {:?} must be a 6-field cron expression, seconds first (\"0 * * * * *\")", sweep.schedule));
+        check((1..=10_000).contains(&sweep.batch_max), "sweep.batch_max must be 1-10000");
+        check((1..=self.database.connections_max).contains(&sweep.concurrency_max), "sweep.concurrency_max must be 1..database.connections_max");
+        check((1..=10_000).contains(&sweep.check_count_max), "sweep.check_count_max must be 1-10000");
+        check((1..=24 * 30).contains(&sweep.review_reminder_hours), "sweep.review_reminder_hours must be 1-720");
         for consumer in &self.consumers {
             check(crate::domain::ConsumerName::parse(&consumer.name).is_ok(), &format!("consumers: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", consumer.name));
             let hash_ok = consumer.token_sha256.len() == 64
@@ -272,6 +312,12 @@ impl Config {
             lookup_slack: minutes(charge.lookup_slack_minutes),
             list_page_size_default: charge.list_page_size_default,
             list_page_size_max: charge.list_page_size_max,
+            sweep: SweepSettings {
+                batch_max: self.sweep.batch_max,
+                concurrency_max: self.sweep.concurrency_max,
+                check_count_max: self.sweep.check_count_max,
+                review_reminder: Duration::from_secs(self.sweep.review_reminder_hours * 3600),
+            },
         }
     }
 }
@@ -317,5 +363,20 @@ mod tests {
         let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
         assert!(problems.iter().any(|p| p.contains("key_window_safe_minutes")));
         assert!(problems.iter().any(|p| p.contains("lease_ms")));
+    }
+
+    #[test]
+    fn sweep_bounds_and_schedule_are_checked() {
+        let mut config = Config::default();
+        config.sweep.schedule = "* * * * *".into();
+        config.sweep.batch_max = 0;
+        config.sweep.concurrency_max = config.database.connections_max + 1;
+        config.sweep.check_count_max = 0;
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        for option in ["sweep.schedule", "sweep.batch_max", "sweep.concurrency_max", "sweep.check_count_max"] {
+            assert!(problems.iter().any(|p| p.contains(option)), "{option} in {problems:?}");
+        }
+        config.sweep = SweepConfig { schedule: "*/10 * * * * *".into(), ..SweepConfig::default() };
+        config.validate().unwrap();
     }
 }

@@ -16,4 +16,5 @@ pub mod secret;
 pub mod simulator;
 pub mod startup;
 pub mod store;
+pub mod sweep_job;
 pub mod telemetry;

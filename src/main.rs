@@ -29,6 +29,8 @@ enum Command {
     Serve(ServeArgs),
     /// Applies database migrations and exits.
     Migrate,
+    /// Reconciles due unfinished attempts (for cron or a Kubernetes CronJob) and prints what it did.
+    Sweep(SweepArgs),
     /// Runs the Stripe-compatible simulator alone (no Stripe account needed).
     StripeSim(chargeguard::simulator::cli::SimArgs),
     /// Charges once per operation, through a running server.
@@ -51,6 +53,13 @@ struct ServeArgs {
     /// Do not apply migrations at start.
     #[arg(long)]
     no_migrate: bool,
+}
+
+#[derive(clap::Args)]
+struct SweepArgs {
+    /// Run one pass of at most `sweep.batch_max` rows and exit; the scheduled sweep runs in `serve`.
+    #[arg(long, required = true)]
+    once: bool,
 }
 
 fn main() -> ExitCode {
@@ -96,6 +105,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 shutdown.cancel();
             });
             app.run().await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sweep(_) => {
+            let mut config = Config::load(cli.config.as_deref())?;
+            // The pass serves nothing: ephemeral ports keep it clear of a `serve` on this host.
+            config.server.grpc_listen = "127.0.0.1:0".parse()?;
+            config.server.http_listen = "127.0.0.1:0".parse()?;
+            let app = Application::build(config, Arc::new(SystemClock)).await?;
+            let outcome = app.orchestrator().try_sweep_once().await?;
+            println!("sweep: {outcome}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {

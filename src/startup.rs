@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
@@ -19,6 +18,7 @@ use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
 use crate::secret::Secret;
 use crate::simulator::SimulatorHandle;
 use crate::store::AttemptStore;
+use crate::sweep_job::SweepJob;
 
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -98,6 +98,7 @@ impl Application {
         let authenticator = Authenticator::from_config(&self.config.consumers)?;
         let payments = PaymentsService::new(self.orchestrator.clone(), authenticator).into_server();
 
+        let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
         let shutdown = self.shutdown.clone();
         let store = self.store.clone();
         health_reporter.set_service_status(LIVENESS_SERVICE, tonic_health::ServingStatus::Serving).await;
@@ -144,22 +145,35 @@ impl Application {
             }
         });
 
-        let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
         let grpc = tonic::transport::Server::builder()
             .timeout(Duration::from_millis(self.config.server.request_timeout_ms))
             .concurrency_limit_per_connection(self.config.server.concurrent_requests_max)
             .add_service(health_service)
             .add_service(reflection)
             .add_service(payments)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), shutdown.clone().cancelled_owned());
+            .serve_with_incoming_shutdown(
+                // Nagle's algorithm with delayed ACKs adds ~40 ms to small gRPC replies.
+                tonic::transport::server::TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
+                shutdown.clone().cancelled_owned(),
+            );
         let http = axum::serve(self.http_listener, crate::http::router(crate::http::HttpState { store: self.store.clone() }))
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let grpc = tokio::spawn(grpc);
         let http = tokio::spawn(async move { http.await });
+        let sweep = if self.config.sweep.enabled {
+            Some(SweepJob::start(self.orchestrator.clone(), &self.config.sweep.schedule, shutdown.clone()).await?)
+        } else {
+            None
+        };
+        // The bound addresses, not the configured ones: with port 0 this line is how a parent
+        // process (the crash-point tests) learns where to connect.
         tracing::info!(grpc = %grpc_addr, http = %http_addr, "chargeguard serving");
         shutdown.cancelled().await;
         let grace = Duration::from_millis(self.config.server.shutdown_grace_ms);
         let drained = tokio::time::timeout(grace, async {
+            if let Some(sweep) = sweep {
+                sweep.stop().await;
+            }
             let grpc = grpc.await;
             let http = http.await;
             (grpc, http)

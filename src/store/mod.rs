@@ -55,6 +55,21 @@ pub enum InsertOutcome {
     Existing(Attempt),
 }
 
+/// After an insert that did nothing: the row that won. The conflict was on the operation (or,
+/// impossibly, on the derived key, which is a function of the operation).
+async fn conflict_winner(
+    store: &(impl AttemptStore + ?Sized),
+    new: &NewAttempt,
+) -> Result<InsertOutcome, StoreError> {
+    match store.find_by_operation(&new.consumer, &new.operation_key).await? {
+        Some(existing) => Ok(InsertOutcome::Existing(existing)),
+        None => Err(StoreError::Corrupt(format!(
+            "insert of operation {:?} conflicted but no row holds it",
+            new.operation_key.as_str()
+        ))),
+    }
+}
+
 /// The outcome of one round with the provider, written by the lease holder.
 #[derive(Debug, Clone)]
 pub struct RoundResult {
@@ -139,6 +154,10 @@ pub trait AttemptStore: Send + Sync + 'static {
         now: DateTime<Utc>,
         batch_max: u32,
     ) -> Result<Vec<Attempt>, StoreError>;
+
+    /// When the oldest unfinished (pending or requires_action) attempt was created, if any: the
+    /// sweep's "oldest unfinished age" gauge.
+    async fn oldest_unfinished_created_at(&self) -> Result<Option<DateTime<Utc>>, StoreError>;
 
     /// Cheap round trip for health checks.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -117,36 +117,51 @@ pub async fn open(config: &DatabaseConfig) -> Result<OpenedStore, StoreError> {
     };
     match location {
         DatabaseLocation::Postgres => {
-            let url = config.url.as_ref().expect("a PostgreSQL location comes from the url");
+            let url = config
+                .url
+                .as_ref()
+                .expect("a PostgreSQL location comes from the url");
             let options = PostgresPoolOptions {
                 connections_max: config.connections_max,
                 acquire_timeout,
                 statement_timeout,
             };
-            Ok(OpenedStore::Postgres(PostgresStore::connect_lazy(url.expose(), &options)?))
+            Ok(OpenedStore::Postgres(PostgresStore::connect_lazy(
+                url.expose(),
+                &options,
+            )?))
         }
         DatabaseLocation::SqliteUrl(path) => {
             create_parent_directory(&path)?;
-            let url = config.url.as_ref().expect("a SQLite URL location comes from the url");
+            let url = config
+                .url
+                .as_ref()
+                .expect("a SQLite URL location comes from the url");
             let connect_options = SqliteConnectOptions::from_str(url.expose())
                 .map_err(|error| StoreError::Unavailable(format!("database.url: {error}")))?;
-            Ok(OpenedStore::Sqlite(SqliteStore::open(connect_options, &sqlite_options).await?))
+            Ok(OpenedStore::Sqlite(
+                SqliteStore::open(connect_options, &sqlite_options).await?,
+            ))
         }
         DatabaseLocation::SqliteDefault(path) => {
             create_parent_directory(&path)?;
             let connect_options = SqliteStore::file(&path);
-            Ok(OpenedStore::Sqlite(SqliteStore::open(connect_options, &sqlite_options).await?))
+            Ok(OpenedStore::Sqlite(
+                SqliteStore::open(connect_options, &sqlite_options).await?,
+            ))
         }
     }
 }
 
 fn create_parent_directory(path: &Path) -> Result<(), StoreError> {
-    let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) else {
+    let Some(parent) = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    else {
         return Ok(());
     };
-    std::fs::create_dir_all(parent).map_err(|error| {
-        StoreError::Unavailable(format!("creating {}: {error}", parent.display()))
-    })
+    std::fs::create_dir_all(parent)
+        .map_err(|error| StoreError::Unavailable(format!("creating {}: {error}", parent.display())))
 }
 
 #[cfg(test)]
@@ -155,7 +170,10 @@ mod tests {
     use crate::secret::Secret;
 
     fn with_url(url: Option<&str>) -> DatabaseConfig {
-        DatabaseConfig { url: url.map(Secret::new), ..DatabaseConfig::default() }
+        DatabaseConfig {
+            url: url.map(Secret::new),
+            ..DatabaseConfig::default()
+        }
     }
 
     #[test]
@@ -165,8 +183,14 @@ mod tests {
             location(None).unwrap(),
             DatabaseLocation::SqliteDefault(PathBuf::from("chargeguard-data/chargeguard.sqlite"))
         );
-        assert_eq!(location(Some("postgres://u:pw@db/x")).unwrap(), DatabaseLocation::Postgres);
-        assert_eq!(location(Some("postgresql://db/x")).unwrap(), DatabaseLocation::Postgres);
+        assert_eq!(
+            location(Some("postgres://u:pw@db/x")).unwrap(),
+            DatabaseLocation::Postgres
+        );
+        assert_eq!(
+            location(Some("postgresql://db/x")).unwrap(),
+            DatabaseLocation::Postgres
+        );
         assert_eq!(
             location(Some("sqlite:///var/lib/cg/a.sqlite")).unwrap(),
             DatabaseLocation::SqliteUrl(PathBuf::from("/var/lib/cg/a.sqlite"))
@@ -175,15 +199,27 @@ mod tests {
             location(Some("sqlite://data/a.sqlite")).unwrap(),
             DatabaseLocation::SqliteUrl(PathBuf::from("data/a.sqlite"))
         );
-        assert!(matches!(location(Some("sqlite::memory:")), Err(LocationError::InMemory)));
-        assert!(matches!(location(Some("sqlite://a?mode=memory")), Err(LocationError::InMemory)));
+        assert!(matches!(
+            location(Some("sqlite::memory:")),
+            Err(LocationError::InMemory)
+        ));
+        assert!(matches!(
+            location(Some("sqlite://a?mode=memory")),
+            Err(LocationError::InMemory)
+        ));
         let unknown = location(Some("mysql://root:hunter2@db/x")).unwrap_err();
-        assert!(!unknown.to_string().contains("hunter2"), "the url is never echoed");
+        assert!(
+            !unknown.to_string().contains("hunter2"),
+            "the url is never echoed"
+        );
     }
 
     #[test]
     fn an_empty_sqlite_path_is_refused() {
-        let config = DatabaseConfig { sqlite_path: PathBuf::new(), ..DatabaseConfig::default() };
+        let config = DatabaseConfig {
+            sqlite_path: PathBuf::new(),
+            ..DatabaseConfig::default()
+        };
         assert!(matches!(
             DatabaseLocation::from_config(&config),
             Err(LocationError::EmptySqlitePath)
@@ -194,7 +230,10 @@ mod tests {
     async fn the_embedded_default_creates_its_directory_and_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/data/chargeguard.sqlite");
-        let config = DatabaseConfig { sqlite_path: path.clone(), ..DatabaseConfig::default() };
+        let config = DatabaseConfig {
+            sqlite_path: path.clone(),
+            ..DatabaseConfig::default()
+        };
         let opened = open(&config).await.unwrap();
         opened.migrate().await.unwrap();
         opened.into_store().ping().await.unwrap();
@@ -205,7 +244,9 @@ mod tests {
     async fn a_sqlite_url_opens_that_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("by-url/a.sqlite");
-        let opened = open(&with_url(Some(&format!("sqlite://{}", path.display())))).await.unwrap();
+        let opened = open(&with_url(Some(&format!("sqlite://{}", path.display()))))
+            .await
+            .unwrap();
         opened.migrate().await.unwrap();
         assert!(path.is_file(), "{} exists", path.display());
     }

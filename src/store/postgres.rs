@@ -7,9 +7,10 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Row};
 use uuid::Uuid;
 
-use super::row::{AttemptColumns, ColumnError, attempt_from_row};
+use super::row::{AttemptColumns, ColumnError, attempt_from_row, optional_attempt};
 use super::{
     AttemptStore, InsertOutcome, ListCursor, ListFilter, NewAttempt, RoundResult, StoreError,
+    conflict_winner,
 };
 use crate::domain::{
     Attempt, AttemptId, AttemptStatus, ConsumerName, CustomerId, Description, Lease, LeaseOwner,
@@ -108,17 +109,9 @@ impl AttemptStore for PostgresStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(unavailable)?;
-        if let Some(row) = inserted {
-            return Ok(InsertOutcome::Inserted(attempt_from_row(&row)?));
-        }
-        // The conflict was on the operation (or, impossibly, on the derived key, which is a
-        // function of the operation): read the row that won.
-        match self.find_by_operation(&new.consumer, &new.operation_key).await? {
-            Some(existing) => Ok(InsertOutcome::Existing(existing)),
-            None => Err(StoreError::Corrupt(format!(
-                "insert of operation {:?} conflicted but no row holds it",
-                new.operation_key.as_str()
-            ))),
+        match inserted {
+            Some(row) => Ok(InsertOutcome::Inserted(attempt_from_row(&row)?)),
+            None => conflict_winner(self, new).await,
         }
     }
 
@@ -288,14 +281,21 @@ impl AttemptStore for PostgresStore {
         rows.iter().map(attempt_from_row).collect()
     }
 
+    async fn oldest_unfinished_created_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        // The predicate is spelled as the partial index's, so that even a generic plan uses it.
+        sqlx::query_scalar(
+            "SELECT min(created_at) FROM payment_attempts
+             WHERE status IN ('pending', 'requires_action')",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(unavailable)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.pool).await.map_err(unavailable)?;
         Ok(())
     }
-}
-
-fn optional_attempt(row: Option<PgRow>) -> Result<Option<Attempt>, StoreError> {
-    row.as_ref().map(attempt_from_row).transpose()
 }
 
 /// PostgreSQL reads instants as `timestamptz`, ids as `uuid`, counters as `integer` and

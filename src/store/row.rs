@@ -32,18 +32,22 @@ fn corrupt(id: Uuid, what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("attempt {id}: {what}"))
 }
 
+pub(super) fn optional_attempt(
+    row: Option<impl AttemptColumns>,
+) -> Result<Option<Attempt>, StoreError> {
+    row.as_ref().map(attempt_from_row).transpose()
+}
+
 pub(super) fn attempt_from_row(row: &impl AttemptColumns) -> Result<Attempt, StoreError> {
     let id = row
         .uuid("id")
         .map_err(|error| StoreError::Unavailable(error.to_string()))?
         .ok_or_else(|| StoreError::Corrupt("attempt without an id".to_owned()))?;
-    let get_optional_text =
-        |column: &str| row.text(column).map_err(|error| corrupt(id, error));
+    let get_optional_text = |column: &str| row.text(column).map_err(|error| corrupt(id, error));
     let get_text = |column: &str| -> Result<String, StoreError> {
         get_optional_text(column)?.ok_or_else(|| corrupt(id, format!("{column} is null")))
     };
-    let get_optional_time =
-        |column: &str| row.time(column).map_err(|error| corrupt(id, error));
+    let get_optional_time = |column: &str| row.time(column).map_err(|error| corrupt(id, error));
     let get_time = |column: &str| -> Result<DateTime<Utc>, StoreError> {
         get_optional_time(column)?.ok_or_else(|| corrupt(id, format!("{column} is null")))
     };
@@ -54,16 +58,26 @@ pub(super) fn attempt_from_row(row: &impl AttemptColumns) -> Result<Attempt, Sto
     let metadata = row.metadata().map_err(|error| corrupt(id, error))?;
     let status_name = get_text("status")?;
     let kind_name = get_text("kind")?;
-    let lease_owner = row.uuid("lease_owner").map_err(|error| corrupt(id, error))?;
+    let lease_owner = row
+        .uuid("lease_owner")
+        .map_err(|error| corrupt(id, error))?;
     let lease_expires_at = get_optional_time("lease_expires_at")?;
-    let failure = match (get_optional_text("failure_code")?, get_optional_text("failure_message")?)
-    {
-        (Some(code), message) => Some(Failure { code, message: message.unwrap_or_default() }),
+    let failure = match (
+        get_optional_text("failure_code")?,
+        get_optional_text("failure_message")?,
+    ) {
+        (Some(code), message) => Some(Failure {
+            code,
+            message: message.unwrap_or_default(),
+        }),
         (None, _) => None,
     };
     let next_action = get_optional_text("next_action_type")?
         .map(|kind| -> Result<NextAction, StoreError> {
-            Ok(NextAction { kind, redirect_url: get_optional_text("next_action_url")? })
+            Ok(NextAction {
+                kind,
+                redirect_url: get_optional_text("next_action_url")?,
+            })
         })
         .transpose()?;
     let params = ChargeParams {
@@ -103,9 +117,10 @@ pub(super) fn attempt_from_row(row: &impl AttemptColumns) -> Result<Attempt, Sto
         provider_calls: get_count("provider_calls")?,
         key_window_started_at: get_time("key_window_started_at")?,
         lease: match (lease_owner, lease_expires_at) {
-            (Some(owner), Some(expires_at)) => {
-                Some(Lease { owner: LeaseOwner::from_uuid(owner), expires_at })
-            }
+            (Some(owner), Some(expires_at)) => Some(Lease {
+                owner: LeaseOwner::from_uuid(owner),
+                expires_at,
+            }),
             _ => None,
         },
         check_count: get_count("check_count")?,

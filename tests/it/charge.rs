@@ -75,14 +75,7 @@ async fn same_key_with_different_parameters_is_rejected_and_nothing_changes(back
     assert!(error.message().contains("order-4:charge"), "{}", error.message());
     assert!(error.message().contains("amount_minor") && error.message().contains("currency"), "{}", error.message());
 
-    let mut client = app.client().await;
-    let stored = client
-        .get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector: Some(Selector::OperationKey("order-4:charge".into())) }))
-        .await
-        .unwrap()
-        .into_inner()
-        .attempt;
-    assert_eq!(stored, first.attempt);
+    assert_eq!(Some(app.attempt_of("order-4:charge").await), first.attempt);
     assert_eq!(creates_sent(&app).await, 1);
 }
 
@@ -149,14 +142,7 @@ async fn a_provider_timeout_is_an_unknown_outcome(backend: Backend) {
     app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(1_500), 1)).await.unwrap();
     let error = app.charge(charge_request("order-9:charge")).await.unwrap_err();
     assert_eq!(error.code(), Code::Unavailable);
-    let mut client = app.client().await;
-    let stored = client
-        .get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector: Some(Selector::OperationKey("order-9:charge".into())) }))
-        .await
-        .unwrap()
-        .into_inner()
-        .attempt
-        .unwrap();
+    let stored = app.attempt_of("order-9:charge").await;
     assert_eq!(AttemptStatus::try_from(stored.status).unwrap(), AttemptStatus::Pending);
     // The slow create completed at the provider meanwhile; the retry adopts it.
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;

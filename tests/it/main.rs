@@ -7,5 +7,6 @@ mod support;
 mod charge;
 mod embedded;
 mod ops;
+mod recovery;
 mod simulator;
 mod store;

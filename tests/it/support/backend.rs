@@ -11,24 +11,24 @@ pub enum Backend {
 
 /// Instantiates each listed `async fn name(backend: Backend)` once per backend, as
 /// `<module>::postgres::name` and `<module>::sqlite::name`, so that a failure names its backend
-/// and `cargo test … sqlite` runs one side.
+/// and `cargo test … sqlite` runs one side. A test attribute written before a name replaces the
+/// default `#[tokio::test]` (e.g. `#[tokio::test(flavor = "multi_thread")] name`).
 macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
+    ($($(#[$attribute:meta])? $name:ident),+ $(,)?) => {
         mod postgres {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name($crate::support::Backend::Postgres).await
-                }
-            )+
+            $( $crate::support::on_both_backends!(@test Postgres, [$($attribute)?], $name); )+
         }
         mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $name() {
-                    super::$name($crate::support::Backend::Sqlite).await
-                }
-            )+
+            $( $crate::support::on_both_backends!(@test Sqlite, [$($attribute)?], $name); )+
+        }
+    };
+    (@test $backend:ident, [], $name:ident) => {
+        $crate::support::on_both_backends!(@test $backend, [tokio::test], $name);
+    };
+    (@test $backend:ident, [$attribute:meta], $name:ident) => {
+        #[$attribute]
+        async fn $name() {
+            super::$name($crate::support::Backend::$backend).await
         }
     };
 }

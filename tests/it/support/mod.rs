@@ -5,6 +5,7 @@
 // Helpers shared by every test module; not every module uses each of them.
 #![allow(dead_code)]
 
+pub mod attempts;
 mod backend;
 pub mod database;
 
@@ -15,7 +16,7 @@ use chargeguard::clock::OffsetClock;
 use chargeguard::config::{Config, ConsumerConfig};
 use chargeguard::grpc::hash_token;
 use chargeguard::grpc::proto::payments_client::PaymentsClient;
-use chargeguard::grpc::proto::{self, ChargeRequest, ChargeResponse};
+use chargeguard::grpc::proto::{self, ChargeRequest, ChargeResponse, GetAttemptRequest, get_attempt_request};
 use chargeguard::secret::Secret;
 use chargeguard::simulator::{self, SimControl, SimulatorConfig, SimulatorHandle};
 use chargeguard::startup::Application;
@@ -76,6 +77,8 @@ pub fn test_config(database_url: &str, simulator_url: &str) -> Config {
     config.charge.lease_ms = 2_500;
     config.charge.recovery_grace_ms = 2_500;
     config.charge.concurrent_wait_ms = 5_000;
+    // Tests drive the sweep with `try_sweep_once()`; a scheduled pass would race their counts.
+    config.sweep.enabled = false;
     config.consumers = vec![
         ConsumerConfig { name: "orders".into(), token_sha256: hash_token(ORDERS_TOKEN) },
         ConsumerConfig { name: "billing".into(), token_sha256: hash_token(BILLING_TOKEN) },
@@ -146,6 +149,14 @@ impl TestApp {
     pub async fn charge_as(&self, token: &str, request: ChargeRequest) -> Result<ChargeResponse, Status> {
         let mut client = self.client().await;
         client.charge(authed(token, request)).await.map(|response| response.into_inner())
+    }
+
+    /// The `orders` consumer's attempt for `operation_key`, read through GetAttempt.
+    pub async fn attempt_of(&self, operation_key: &str) -> proto::Attempt {
+        let selector = Some(get_attempt_request::Selector::OperationKey(operation_key.to_owned()));
+        let mut client = self.client().await;
+        let response = client.get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector })).await;
+        response.expect("the attempt exists").into_inner().attempt.expect("an attempt")
     }
 
     /// Rows in payment_attempts, counted in the database itself (either backend).
