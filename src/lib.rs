@@ -15,3 +15,4 @@ pub mod simulator;
 pub mod startup;
 pub mod store;
 pub mod telemetry;
+pub mod webhook;

@@ -11,12 +11,12 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::grpc::{Authenticator, PaymentsService, proto};
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
-use crate::store::{AttemptStore, PostgresStore};
+use crate::store::{AttemptStore, InboxStore, PostgresStore};
 use crate::store::postgres::PostgresPoolOptions;
 
 /// How often the health service re-checks the database.
@@ -28,6 +28,7 @@ pub struct Application {
     config: Config,
     orchestrator: Orchestrator,
     store: Arc<dyn AttemptStore>,
+    inbox: Arc<dyn InboxStore>,
     grpc_listener: TcpListener,
     http_listener: TcpListener,
     shutdown: CancellationToken,
@@ -52,6 +53,7 @@ impl Application {
         if config.database.migrate_on_start {
             postgres.migrate().await.context("applying migrations")?;
         }
+        let inbox: Arc<dyn InboxStore> = Arc::new(postgres.clone());
         let store: Arc<dyn AttemptStore> = Arc::new(postgres);
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig {
             api_key: config.provider.api_key.clone().context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
@@ -67,7 +69,7 @@ impl Application {
         let http_listener = TcpListener::bind(config.server.http_listen)
             .await
             .with_context(|| format!("binding HTTP on {}", config.server.http_listen))?;
-        Ok(Self { config, orchestrator, store, grpc_listener, http_listener, shutdown: CancellationToken::new() })
+        Ok(Self { config, orchestrator, store, inbox, grpc_listener, http_listener, shutdown: CancellationToken::new() })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -134,6 +136,9 @@ impl Application {
             }
         });
 
+        let webhooks = crate::webhook::Webhooks::new(self.inbox.clone(), self.orchestrator.clock().clone(), self.config.webhook_settings());
+        let webhook_jobs = webhooks.spawn_jobs(&shutdown);
+
         let grpc = tonic::transport::Server::builder()
             .timeout(Duration::from_millis(self.config.server.request_timeout_ms))
             .concurrency_limit_per_connection(self.config.server.concurrent_requests_max)
@@ -141,7 +146,11 @@ impl Application {
             .add_service(reflection)
             .add_service(payments)
             .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), shutdown.clone().cancelled_owned());
-        let http = axum::serve(self.http_listener, crate::http::router(crate::http::HttpState { store: self.store.clone() }))
+        let http_router = crate::http::router(crate::http::HttpState { store: self.store.clone() })
+            // Signatures carry the sender's wall-clock time: checked against ours, not the
+            // business clock that tests move.
+            .merge(webhooks.router(Arc::new(SystemClock)));
+        let http = axum::serve(self.http_listener, http_router)
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let grpc = tokio::spawn(grpc);
         let http = tokio::spawn(async move { http.await });
@@ -151,6 +160,11 @@ impl Application {
         let drained = tokio::time::timeout(grace, async {
             let grpc = grpc.await;
             let http = http.await;
+            // The webhook jobs stop between batches; whatever they left claimed is finished by
+            // the next worker after the claim expires.
+            for job in webhook_jobs {
+                let _ = job.await;
+            }
             (grpc, http)
         })
         .await;

@@ -3,7 +3,9 @@
 //! Every method is one short statement or transaction: nothing here is ever held open across
 //! a provider call.
 
+pub mod inbox;
 pub mod postgres;
+mod postgres_inbox;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -13,6 +15,7 @@ use crate::domain::{
     IdempotencyKey, Lease, LeaseOwner, NextAction, OperationKey,
 };
 
+pub use inbox::InboxStore;
 pub use postgres::PostgresStore;
 
 #[derive(Debug, thiserror::Error)]

@@ -62,11 +62,11 @@ impl PostgresStore {
     }
 }
 
-fn unavailable(error: sqlx::Error) -> StoreError {
+pub(super) fn unavailable(error: sqlx::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
-fn status_names(statuses: &[AttemptStatus]) -> Vec<String> {
+pub(super) fn status_names(statuses: &[AttemptStatus]) -> Vec<String> {
     statuses.iter().map(|status| status.as_str().to_owned()).collect()
 }
 
@@ -306,7 +306,7 @@ fn corrupt(id: Uuid, what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("attempt {id}: {what}"))
 }
 
-fn attempt_from_row(row: &PgRow) -> Result<Attempt, StoreError> {
+pub(super) fn attempt_from_row(row: &PgRow) -> Result<Attempt, StoreError> {
     let id: Uuid = row.try_get("id").map_err(unavailable)?;
     let get_text = |column: &str| -> Result<String, StoreError> {
         row.try_get::<String, _>(column).map_err(|error| corrupt(id, error))
