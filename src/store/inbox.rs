@@ -109,7 +109,9 @@ impl InboxOutcome {
     }
 
     pub fn parse(value: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|outcome| outcome.as_str() == value)
+        Self::ALL
+            .into_iter()
+            .find(|outcome| outcome.as_str() == value)
     }
 }
 
@@ -134,9 +136,15 @@ pub enum Settlement {
     /// `Stale`.
     Apply(PaymentUpdate),
     /// Flag the attempt for review without changing its state: `Conflict`.
-    Flag { attempt_id: AttemptId, review_reason: String },
+    Flag {
+        attempt_id: AttemptId,
+        review_reason: String,
+    },
     /// Only record the outcome (`UnknownObject`, `Unreadable`).
-    Record { outcome: InboxOutcome, detail: Option<String> },
+    Record {
+        outcome: InboxOutcome,
+        detail: Option<String>,
+    },
 }
 
 /// One event's processing, as the claim holder asks the store to commit it.

@@ -33,7 +33,11 @@ impl InboxStore for PostgresStore {
         .execute(self.pool())
         .await
         .map_err(unavailable)?;
-        Ok(if inserted.rows_affected() == 1 { InboxInsert::Inserted } else { InboxInsert::AlreadyReceived })
+        Ok(if inserted.rows_affected() == 1 {
+            InboxInsert::Inserted
+        } else {
+            InboxInsert::AlreadyReceived
+        })
     }
 
     async fn claim_events(
@@ -64,10 +68,15 @@ impl InboxStore for PostgresStore {
         .fetch_all(self.pool())
         .await
         .map_err(unavailable)?;
-        let mut events = rows.iter().map(inbox_event_from_row).collect::<Result<Vec<_>, _>>()?;
+        let mut events = rows
+            .iter()
+            .map(inbox_event_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
         // RETURNING has no order: process in arrival order.
         events.sort_by(|a, b| {
-            a.received_at.cmp(&b.received_at).then_with(|| a.event_id.cmp(&b.event_id))
+            a.received_at
+                .cmp(&b.received_at)
+                .then_with(|| a.event_id.cmp(&b.event_id))
         });
         Ok(events)
     }
@@ -124,9 +133,11 @@ impl InboxStore for PostgresStore {
             None => None,
         };
         let (outcome, attempt_id, detail) = match first_event {
-            Some(first) if first != settle.event_id => {
-                (InboxOutcome::Duplicate, settlement_attempt(&settle.settlement), Some(format!("duplicate of {first}")))
-            }
+            Some(first) if first != settle.event_id => (
+                InboxOutcome::Duplicate,
+                settlement_attempt(&settle.settlement),
+                Some(format!("duplicate of {first}")),
+            ),
             _ => apply_settlement(&mut tx, &settle.settlement, settle.now).await?,
         };
         sqlx::query(
@@ -189,13 +200,21 @@ impl InboxStore for PostgresStore {
                 batch_max,
             )
             .await?;
-        Ok(PruneCounts { inbox_rows: inbox, dedup_rows: dedup })
+        Ok(PruneCounts {
+            inbox_rows: inbox,
+            dedup_rows: dedup,
+        })
     }
 }
 
 impl PostgresStore {
     /// Runs one bounded delete taking `$1` (cutoff) and `$2` (batch size); returns rows deleted.
-    async fn delete_batch(&self, sql: &'static str, cutoff: DateTime<Utc>, batch_max: u32) -> Result<u64, StoreError> {
+    async fn delete_batch(
+        &self,
+        sql: &'static str,
+        cutoff: DateTime<Utc>,
+        batch_max: u32,
+    ) -> Result<u64, StoreError> {
         let deleted = sqlx::query(sql)
             .bind(cutoff)
             .bind(i64::from(batch_max))
@@ -247,10 +266,17 @@ async fn apply_settlement(
     match settlement {
         Settlement::Apply(update) => {
             let moved = apply_payment_update(tx, update, now).await?;
-            let outcome = if moved { InboxOutcome::Applied } else { InboxOutcome::Stale };
+            let outcome = if moved {
+                InboxOutcome::Applied
+            } else {
+                InboxOutcome::Stale
+            };
             Ok((outcome, Some(update.attempt_id), None))
         }
-        Settlement::Flag { attempt_id, review_reason } => {
+        Settlement::Flag {
+            attempt_id,
+            review_reason,
+        } => {
             sqlx::query(
                 "UPDATE payment_attempts SET review_reason = $2, updated_at = $3 WHERE id = $1",
             )
@@ -260,7 +286,11 @@ async fn apply_settlement(
             .execute(&mut **tx)
             .await
             .map_err(unavailable)?;
-            Ok((InboxOutcome::Conflict, Some(*attempt_id), Some(review_reason.clone())))
+            Ok((
+                InboxOutcome::Conflict,
+                Some(*attempt_id),
+                Some(review_reason.clone()),
+            ))
         }
         Settlement::Record { outcome, detail } => Ok((*outcome, None, detail.clone())),
     }
@@ -293,9 +323,24 @@ async fn apply_payment_update(
     .bind(&update.provider_payment_id)
     .bind(&update.provider_status)
     .bind(update.failure.as_ref().map(|failure| failure.code.as_str()))
-    .bind(update.failure.as_ref().map(|failure| failure.message.as_str()))
-    .bind(update.next_action.as_ref().map(|action| action.kind.as_str()))
-    .bind(update.next_action.as_ref().and_then(|action| action.redirect_url.as_deref()))
+    .bind(
+        update
+            .failure
+            .as_ref()
+            .map(|failure| failure.message.as_str()),
+    )
+    .bind(
+        update
+            .next_action
+            .as_ref()
+            .map(|action| action.kind.as_str()),
+    )
+    .bind(
+        update
+            .next_action
+            .as_ref()
+            .and_then(|action| action.redirect_url.as_deref()),
+    )
     .bind(update.review_reason.as_deref())
     .bind(now)
     .bind(status_names(&update.status.allowed_sources()))
@@ -307,7 +352,8 @@ async fn apply_payment_update(
 
 fn inbox_event_from_row(row: &PgRow) -> Result<InboxEvent, StoreError> {
     let event_id: String = row.try_get("event_id").map_err(unavailable)?;
-    let corrupt = |error: sqlx::Error| StoreError::Corrupt(format!("inbox event {event_id}: {error}"));
+    let corrupt =
+        |error: sqlx::Error| StoreError::Corrupt(format!("inbox event {event_id}: {error}"));
     let claim_count: i32 = row.try_get("claim_count").map_err(corrupt)?;
     Ok(InboxEvent {
         event_type: row.try_get("event_type").map_err(corrupt)?,

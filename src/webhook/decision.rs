@@ -9,7 +9,10 @@ use super::event::EventError;
 
 /// The settlement of an event whose object could not be read.
 pub fn unreadable(error: &EventError) -> Settlement {
-    Settlement::Record { outcome: InboxOutcome::Unreadable, detail: Some(error.to_string()) }
+    Settlement::Record {
+        outcome: InboxOutcome::Unreadable,
+        detail: Some(error.to_string()),
+    }
 }
 
 /// The settlement of an event about an object chargeguard keeps no record of (refunds and
@@ -17,23 +20,37 @@ pub fn unreadable(error: &EventError) -> Settlement {
 pub fn untracked(event_type: &str) -> Settlement {
     Settlement::Record {
         outcome: InboxOutcome::UnknownObject,
-        detail: Some(format!("chargeguard keeps no records for {event_type} events")),
+        detail: Some(format!(
+            "chargeguard keeps no records for {event_type} events"
+        )),
     }
 }
 
 /// The settlement of a payment event, given the attempt found for its object (by provider id,
 /// else by the attempt id in its metadata).
-pub fn for_payment(event_id: &str, snapshot: &PaymentSnapshot, attempt: Option<&Attempt>) -> Settlement {
+pub fn for_payment(
+    event_id: &str,
+    snapshot: &PaymentSnapshot,
+    attempt: Option<&Attempt>,
+) -> Settlement {
     let Some(attempt) = attempt else {
         return Settlement::Record {
             outcome: InboxOutcome::UnknownObject,
             detail: Some(format!("no attempt for provider object {}", snapshot.id)),
         };
     };
-    if let Some(adopted) = attempt.provider_payment_id.as_deref().filter(|adopted| *adopted != snapshot.id) {
+    if let Some(adopted) = attempt
+        .provider_payment_id
+        .as_deref()
+        .filter(|adopted| *adopted != snapshot.id)
+    {
         // Two provider objects for one attempt: whatever this one is, a person must look; the
         // attempt keeps the object it adopted.
-        let prefix = if snapshot.status == ProviderPaymentStatus::Succeeded { "double charge" } else { "second provider object" };
+        let prefix = if snapshot.status == ProviderPaymentStatus::Succeeded {
+            "double charge"
+        } else {
+            "second provider object"
+        };
         return Settlement::Flag {
             attempt_id: attempt.id,
             review_reason: format!(
@@ -121,15 +138,27 @@ mod tests {
 
     #[test]
     fn unknown_object_is_recorded_not_dropped() {
-        let settlement = for_payment("evt_1", &snapshot("pi_1", ProviderPaymentStatus::Succeeded, 1000), None);
-        assert!(matches!(settlement, Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }));
+        let settlement = for_payment(
+            "evt_1",
+            &snapshot("pi_1", ProviderPaymentStatus::Succeeded, 1000),
+            None,
+        );
+        assert!(matches!(
+            settlement,
+            Settlement::Record {
+                outcome: InboxOutcome::UnknownObject,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn success_moves_to_succeeded_and_binds_the_object() {
-        let Settlement::Apply(update) =
-            for_payment("evt_1", &snapshot("pi_1", ProviderPaymentStatus::Succeeded, 1000), Some(&attempt(None)))
-        else {
+        let Settlement::Apply(update) = for_payment(
+            "evt_1",
+            &snapshot("pi_1", ProviderPaymentStatus::Succeeded, 1000),
+            Some(&attempt(None)),
+        ) else {
             panic!("an update")
         };
         assert_eq!(update.status, AttemptStatus::Succeeded);
@@ -140,9 +169,11 @@ mod tests {
 
     #[test]
     fn processing_asks_for_pending_which_the_store_guard_never_allows() {
-        let Settlement::Apply(update) =
-            for_payment("evt_1", &snapshot("pi_1", ProviderPaymentStatus::Processing, 1000), Some(&attempt(Some("pi_1"))))
-        else {
+        let Settlement::Apply(update) = for_payment(
+            "evt_1",
+            &snapshot("pi_1", ProviderPaymentStatus::Processing, 1000),
+            Some(&attempt(Some("pi_1"))),
+        ) else {
             panic!("an update")
         };
         assert_eq!(update.status, AttemptStatus::Pending);
@@ -151,9 +182,11 @@ mod tests {
 
     #[test]
     fn a_different_amount_is_flagged_for_review() {
-        let Settlement::Apply(update) =
-            for_payment("evt_1", &snapshot("pi_1", ProviderPaymentStatus::Succeeded, 999), Some(&attempt(None)))
-        else {
+        let Settlement::Apply(update) = for_payment(
+            "evt_1",
+            &snapshot("pi_1", ProviderPaymentStatus::Succeeded, 999),
+            Some(&attempt(None)),
+        ) else {
             panic!("an update")
         };
         assert!(update.review_reason.unwrap().contains("999"));
@@ -161,10 +194,22 @@ mod tests {
 
     #[test]
     fn a_second_object_for_an_attempt_flags_it_and_changes_nothing_else() {
-        let settlement =
-            for_payment("evt_9", &snapshot("pi_2", ProviderPaymentStatus::Succeeded, 1000), Some(&attempt(Some("pi_1"))));
-        let Settlement::Flag { review_reason, .. } = settlement else { panic!("a flag") };
-        assert!(review_reason.starts_with("double charge"), "{review_reason}");
-        assert!(review_reason.contains("pi_1") && review_reason.contains("pi_2") && review_reason.contains("evt_9"));
+        let settlement = for_payment(
+            "evt_9",
+            &snapshot("pi_2", ProviderPaymentStatus::Succeeded, 1000),
+            Some(&attempt(Some("pi_1"))),
+        );
+        let Settlement::Flag { review_reason, .. } = settlement else {
+            panic!("a flag")
+        };
+        assert!(
+            review_reason.starts_with("double charge"),
+            "{review_reason}"
+        );
+        assert!(
+            review_reason.contains("pi_1")
+                && review_reason.contains("pi_2")
+                && review_reason.contains("evt_9")
+        );
     }
 }

@@ -61,7 +61,12 @@ pub fn parse_envelope(body: &[u8]) -> Result<Envelope, EventError> {
         Some(serde_json::Value::String(id)) if bounded(id) => Some(id.clone()),
         Some(_) => return Err(EventError::BadField("data.object.id")),
     };
-    Ok(Envelope { id: raw.id, event_type: raw.event_type, created: timestamp(raw.created), object_id })
+    Ok(Envelope {
+        id: raw.id,
+        event_type: raw.event_type,
+        created: timestamp(raw.created),
+        object_id,
+    })
 }
 
 /// The event's object, as far as chargeguard acts on it.
@@ -69,7 +74,10 @@ pub fn parse_envelope(body: &[u8]) -> Result<Envelope, EventError> {
 pub enum Subject {
     /// A `payment_intent.*` event: the intent as the provider holds it, and the attempt id its
     /// metadata names (if any, and well-formed).
-    Payment { snapshot: PaymentSnapshot, attempt_id: Option<AttemptId> },
+    Payment {
+        snapshot: PaymentSnapshot,
+        attempt_id: Option<AttemptId>,
+    },
     /// Anything else (refunds, charges, …): no attempt record exists for these yet.
     Untracked,
 }
@@ -127,7 +135,10 @@ pub fn parse_subject(event_type: &str, payload: &str) -> Result<Subject, EventEr
     let intent: RawPaymentIntent = serde_json::from_value(raw.data.object)
         .map_err(|error| EventError::BadObject(error.to_string()))?;
     if intent.object != "payment_intent" {
-        return Err(EventError::BadObject(format!("object is {:?}", intent.object)));
+        return Err(EventError::BadObject(format!(
+            "object is {:?}",
+            intent.object
+        )));
     }
     let attempt_id = intent
         .metadata
@@ -155,11 +166,16 @@ pub fn parse_subject(event_type: &str, payload: &str) -> Result<Subject, EventEr
             redirect_url: action.redirect_to_url.and_then(|redirect| redirect.url),
         }),
     };
-    Ok(Subject::Payment { snapshot, attempt_id })
+    Ok(Subject::Payment {
+        snapshot,
+        attempt_id,
+    })
 }
 
 fn timestamp(seconds: i64) -> DateTime<Utc> {
-    Utc.timestamp_opt(seconds, 0).single().unwrap_or(DateTime::<Utc>::MIN_UTC)
+    Utc.timestamp_opt(seconds, 0)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 #[cfg(test)]
@@ -185,7 +201,9 @@ mod tests {
 
     #[test]
     fn envelope_of_any_api_version() {
-        let envelope = parse_envelope(event("payment_intent.succeeded", intent("succeeded")).as_bytes()).unwrap();
+        let envelope =
+            parse_envelope(event("payment_intent.succeeded", intent("succeeded")).as_bytes())
+                .unwrap();
         assert_eq!(envelope.id, "evt_1");
         assert_eq!(envelope.event_type, "payment_intent.succeeded");
         assert_eq!(envelope.object_id.as_deref(), Some("pi_1"));
@@ -195,50 +213,105 @@ mod tests {
     #[test]
     fn envelope_rejects_what_cannot_be_keyed() {
         assert!(parse_envelope(b"not json").is_err());
-        assert!(parse_envelope(br#"{"id":"","type":"x","created":1,"data":{"object":{}}}"#).is_err());
-        let long = format!(r#"{{"id":"{}","type":"x","created":1,"data":{{"object":{{}}}}}}"#, "e".repeat(256));
-        assert_eq!(parse_envelope(long.as_bytes()), Err(EventError::BadField("id")));
-        let objectless = parse_envelope(br#"{"id":"evt_2","type":"x","created":1,"data":{"object":{}}}"#).unwrap();
+        assert!(
+            parse_envelope(br#"{"id":"","type":"x","created":1,"data":{"object":{}}}"#).is_err()
+        );
+        let long = format!(
+            r#"{{"id":"{}","type":"x","created":1,"data":{{"object":{{}}}}}}"#,
+            "e".repeat(256)
+        );
+        assert_eq!(
+            parse_envelope(long.as_bytes()),
+            Err(EventError::BadField("id"))
+        );
+        let objectless =
+            parse_envelope(br#"{"id":"evt_2","type":"x","created":1,"data":{"object":{}}}"#)
+                .unwrap();
         assert_eq!(objectless.object_id, None);
     }
 
     #[test]
     fn payment_intent_becomes_a_snapshot_with_its_attempt() {
-        let Subject::Payment { snapshot, attempt_id } =
-            parse_subject("payment_intent.succeeded", &event("payment_intent.succeeded", intent("succeeded"))).unwrap()
+        let Subject::Payment {
+            snapshot,
+            attempt_id,
+        } = parse_subject(
+            "payment_intent.succeeded",
+            &event("payment_intent.succeeded", intent("succeeded")),
+        )
+        .unwrap()
         else {
             panic!("a payment subject")
         };
         assert_eq!(snapshot.id, "pi_1");
         assert_eq!(snapshot.status, ProviderPaymentStatus::Succeeded);
         assert_eq!(snapshot.amount_minor, 1000);
-        assert_eq!(attempt_id.unwrap().to_string(), "0190a2b4-0000-7000-8000-000000000001");
+        assert_eq!(
+            attempt_id.unwrap().to_string(),
+            "0190a2b4-0000-7000-8000-000000000001"
+        );
     }
 
     #[test]
     fn decline_and_action_fields_are_read_like_the_provider_reads_them() {
         let mut failed = intent("requires_payment_method");
         failed["last_payment_error"] = serde_json::json!({"code": "card_declined", "decline_code": "insufficient_funds", "message": "no"});
-        let Subject::Payment { snapshot, .. } = parse_subject("payment_intent.payment_failed", &event("payment_intent.payment_failed", failed)).unwrap() else { panic!() };
-        assert_eq!(snapshot.last_error, Some(Failure { code: "insufficient_funds".into(), message: "no".into() }));
+        let Subject::Payment { snapshot, .. } = parse_subject(
+            "payment_intent.payment_failed",
+            &event("payment_intent.payment_failed", failed),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            snapshot.last_error,
+            Some(Failure {
+                code: "insufficient_funds".into(),
+                message: "no".into()
+            })
+        );
 
         let mut action = intent("requires_action");
         action["next_action"] = serde_json::json!({"type": "redirect_to_url", "redirect_to_url": {"url": "https://x/3ds"}});
-        let Subject::Payment { snapshot, .. } = parse_subject("payment_intent.requires_action", &event("payment_intent.requires_action", action)).unwrap() else { panic!() };
-        assert_eq!(snapshot.next_action, Some(NextAction { kind: "redirect_to_url".into(), redirect_url: Some("https://x/3ds".into()) }));
+        let Subject::Payment { snapshot, .. } = parse_subject(
+            "payment_intent.requires_action",
+            &event("payment_intent.requires_action", action),
+        )
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            snapshot.next_action,
+            Some(NextAction {
+                kind: "redirect_to_url".into(),
+                redirect_url: Some("https://x/3ds".into())
+            })
+        );
     }
 
     #[test]
     fn refunds_and_charges_are_untracked() {
         let charge = serde_json::json!({"id": "ch_1", "object": "charge"});
-        assert_eq!(parse_subject("charge.refunded", &event("charge.refunded", charge)).unwrap(), Subject::Untracked);
+        assert_eq!(
+            parse_subject("charge.refunded", &event("charge.refunded", charge)).unwrap(),
+            Subject::Untracked
+        );
         let refund = serde_json::json!({"id": "re_1", "object": "refund"});
-        assert_eq!(parse_subject("refund.updated", &event("refund.updated", refund)).unwrap(), Subject::Untracked);
+        assert_eq!(
+            parse_subject("refund.updated", &event("refund.updated", refund)).unwrap(),
+            Subject::Untracked
+        );
     }
 
     #[test]
     fn an_unreadable_payment_intent_is_an_error() {
         let broken = serde_json::json!({"id": "pi_1", "object": "payment_intent"});
-        assert!(matches!(parse_subject("payment_intent.succeeded", &event("payment_intent.succeeded", broken)), Err(EventError::BadObject(_))));
+        assert!(matches!(
+            parse_subject(
+                "payment_intent.succeeded",
+                &event("payment_intent.succeeded", broken)
+            ),
+            Err(EventError::BadObject(_))
+        ));
     }
 }

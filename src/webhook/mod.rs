@@ -45,8 +45,16 @@ pub struct Webhooks {
 }
 
 impl Webhooks {
-    pub fn new(store: Arc<dyn InboxStore>, clock: Arc<dyn Clock>, settings: WebhookSettings) -> Self {
-        Self { store, clock, settings }
+    pub fn new(
+        store: Arc<dyn InboxStore>,
+        clock: Arc<dyn Clock>,
+        settings: WebhookSettings,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            settings,
+        }
     }
 
     pub fn worker(&self) -> InboxWorker {
@@ -54,14 +62,24 @@ impl Webhooks {
     }
 
     pub fn retention(&self) -> Retention {
-        Retention::new(self.store.clone(), self.clock.clone(), self.settings.retention)
+        Retention::new(
+            self.store.clone(),
+            self.clock.clone(),
+            self.settings.retention,
+        )
     }
 
     /// `POST /webhooks/stripe`, or no route at all when no signing secret is configured (an
     /// endpoint that cannot verify must not accept).
     pub fn router(&self, signature_clock: Arc<dyn Clock>) -> Router {
-        let Some(verifier) = Verifier::new(self.settings.secrets.clone(), self.settings.signature_tolerance) else {
-            tracing::warn!("webhooks.secrets is empty: POST {} is disabled", route::PATH);
+        let Some(verifier) = Verifier::new(
+            self.settings.secrets.clone(),
+            self.settings.signature_tolerance,
+        ) else {
+            tracing::warn!(
+                "webhooks.secrets is empty: POST {} is disabled",
+                route::PATH
+            );
             return Router::new();
         };
         let state = route::WebhookState {

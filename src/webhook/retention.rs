@@ -35,17 +35,30 @@ pub struct Retention {
 }
 
 impl Retention {
-    pub fn new(store: Arc<dyn InboxStore>, clock: Arc<dyn Clock>, settings: RetentionSettings) -> Self {
-        Self { store, clock, settings }
+    pub fn new(
+        store: Arc<dyn InboxStore>,
+        clock: Arc<dyn Clock>,
+        settings: RetentionSettings,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            settings,
+        }
     }
 
     /// Deletes one batch (at most `batch_max` rows of each table) received before
     /// now − retention.
     pub async fn try_prune_once(&self) -> Result<PruneCounts, StoreError> {
         let cutoff = self.clock.now() - self.settings.retention;
-        let counts = self.store.prune_processed(cutoff, self.settings.batch_max).await?;
-        metrics::counter!("chargeguard_webhook_pruned_total", "table" => "webhook_inbox").increment(counts.inbox_rows);
-        metrics::counter!("chargeguard_webhook_pruned_total", "table" => "webhook_dedup").increment(counts.dedup_rows);
+        let counts = self
+            .store
+            .prune_processed(cutoff, self.settings.batch_max)
+            .await?;
+        metrics::counter!("chargeguard_webhook_pruned_total", "table" => "webhook_inbox")
+            .increment(counts.inbox_rows);
+        metrics::counter!("chargeguard_webhook_pruned_total", "table" => "webhook_dedup")
+            .increment(counts.dedup_rows);
         Ok(counts)
     }
 

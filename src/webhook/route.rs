@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 
@@ -58,25 +58,47 @@ async fn handle(
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return ("too_large", (StatusCode::PAYLOAD_TOO_LARGE, "body too large"));
+            return (
+                "too_large",
+                (StatusCode::PAYLOAD_TOO_LARGE, "body too large"),
+            );
         }
-        Err(_) => return ("unreadable_body", (StatusCode::BAD_REQUEST, "unreadable body")),
+        Err(_) => {
+            return (
+                "unreadable_body",
+                (StatusCode::BAD_REQUEST, "unreadable body"),
+            );
+        }
     };
     // A header that is not visible ASCII is as good as malformed.
-    let signature = headers.get(SIGNATURE_HEADER).map(|value| value.to_str().unwrap_or(""));
-    if let Err(error) = state.verifier.verify(signature, &body, state.signature_clock.now()) {
+    let signature = headers
+        .get(SIGNATURE_HEADER)
+        .map(|value| value.to_str().unwrap_or(""));
+    if let Err(error) = state
+        .verifier
+        .verify(signature, &body, state.signature_clock.now())
+    {
         tracing::warn!(reason = error.as_str(), "webhook rejected");
-        return (error.as_str(), (StatusCode::BAD_REQUEST, "invalid signature"));
+        return (
+            error.as_str(),
+            (StatusCode::BAD_REQUEST, "invalid signature"),
+        );
     }
     let envelope = match parse_envelope(&body) {
         Ok(envelope) => envelope,
         Err(error) => {
             tracing::warn!(%error, "signed webhook is not a readable event");
-            return ("not_an_event", (StatusCode::BAD_REQUEST, "not a readable event"));
+            return (
+                "not_an_event",
+                (StatusCode::BAD_REQUEST, "not a readable event"),
+            );
         }
     };
     let Ok(payload) = String::from_utf8(body.to_vec()) else {
-        return ("not_an_event", (StatusCode::BAD_REQUEST, "not a readable event"));
+        return (
+            "not_an_event",
+            (StatusCode::BAD_REQUEST, "not a readable event"),
+        );
     };
     let event = NewInboxEvent {
         event_id: envelope.id,
@@ -95,7 +117,10 @@ async fn handle(
         Err(error) => {
             // Not acknowledged: Stripe delivers it again later.
             tracing::error!(%error, event_id = %event.event_id, "webhook not stored");
-            ("store_unavailable", (StatusCode::SERVICE_UNAVAILABLE, "not stored; retry"))
+            (
+                "store_unavailable",
+                (StatusCode::SERVICE_UNAVAILABLE, "not stored; retry"),
+            )
         }
     }
 }

@@ -48,7 +48,10 @@ pub struct Verifier {
 impl std::fmt::Debug for Verifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Verifier")
-            .field("secrets", &format_args!("<{} redacted>", self.secrets.len()))
+            .field(
+                "secrets",
+                &format_args!("<{} redacted>", self.secrets.len()),
+            )
             .field("tolerance", &self.tolerance)
             .finish()
     }
@@ -62,13 +65,21 @@ struct ParsedHeader {
 impl Verifier {
     /// `None` without a non-empty secret: an endpoint that accepts everything is never built.
     pub fn new(secrets: Vec<Secret>, tolerance: Duration) -> Option<Self> {
-        let secrets: Vec<Secret> = secrets.into_iter().filter(|secret| !secret.is_empty()).collect();
+        let secrets: Vec<Secret> = secrets
+            .into_iter()
+            .filter(|secret| !secret.is_empty())
+            .collect();
         (!secrets.is_empty() && tolerance > Duration::zero()).then_some(Self { secrets, tolerance })
     }
 
     /// Accepts when some `v1` signature is the HMAC of `"{t}.{body}"` under some secret and `t`
     /// is within the tolerance of `now`, in either direction.
-    pub fn verify(&self, header: Option<&str>, body: &[u8], now: DateTime<Utc>) -> Result<(), SignatureError> {
+    pub fn verify(
+        &self,
+        header: Option<&str>,
+        body: &[u8],
+        now: DateTime<Utc>,
+    ) -> Result<(), SignatureError> {
         let header = header.ok_or(SignatureError::Missing)?;
         let parsed = parse_header(header)?;
         let distance = (now.timestamp() - parsed.timestamp).abs();
@@ -99,13 +110,20 @@ fn parse_header(header: &str) -> Result<ParsedHeader, SignatureError> {
     let mut timestamp = None;
     let mut signatures = Vec::new();
     for item in header.split(',') {
-        let (key, value) = item.trim().split_once('=').ok_or(SignatureError::Malformed)?;
+        let (key, value) = item
+            .trim()
+            .split_once('=')
+            .ok_or(SignatureError::Malformed)?;
         match key {
             "t" => {
                 if timestamp.is_some() {
                     return Err(SignatureError::Malformed);
                 }
-                timestamp = Some(value.parse::<i64>().map_err(|_| SignatureError::Malformed)?);
+                timestamp = Some(
+                    value
+                        .parse::<i64>()
+                        .map_err(|_| SignatureError::Malformed)?,
+                );
             }
             // A v1 that is not hex cannot match; skipping it lets a well-formed one still count.
             "v1" if signatures.len() < SIGNATURES_MAX => {
@@ -121,7 +139,10 @@ fn parse_header(header: &str) -> Result<ParsedHeader, SignatureError> {
     if signatures.is_empty() {
         return Err(SignatureError::NoMatch);
     }
-    Ok(ParsedHeader { timestamp, signatures })
+    Ok(ParsedHeader {
+        timestamp,
+        signatures,
+    })
 }
 
 /// The header Stripe would send for `body` at `timestamp` under `secret` (tests, tools).
@@ -130,7 +151,10 @@ pub fn sign(secret: &Secret, timestamp: i64, body: &[u8]) -> String {
         .expect("HMAC takes keys of any length");
     mac.update(format!("{timestamp}.").as_bytes());
     mac.update(body);
-    format!("t={timestamp},v1={}", hex::encode(mac.finalize().into_bytes()))
+    format!(
+        "t={timestamp},v1={}",
+        hex::encode(mac.finalize().into_bytes())
+    )
 }
 
 #[cfg(test)]
@@ -146,7 +170,11 @@ mod tests {
     }
 
     fn verifier(secrets: &[&str]) -> Verifier {
-        Verifier::new(secrets.iter().map(|s| Secret::new(*s)).collect(), Duration::seconds(300)).unwrap()
+        Verifier::new(
+            secrets.iter().map(|s| Secret::new(*s)).collect(),
+            Duration::seconds(300),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -156,7 +184,10 @@ mod tests {
             "whsec_a",
             Some(1_700_000_000),
         );
-        assert_eq!(verifier(&["whsec_a"]).verify(Some(&header), BODY, at(1_700_000_100)), Ok(()));
+        assert_eq!(
+            verifier(&["whsec_a"]).verify(Some(&header), BODY, at(1_700_000_100)),
+            Ok(())
+        );
         assert_eq!(header, sign(&Secret::new("whsec_a"), 1_700_000_000, BODY));
     }
 
@@ -166,17 +197,29 @@ mod tests {
         let good_v1 = good.split_once(",v1=").unwrap().1;
         let header = format!("t=1700000000,v1={},v0=abc,v1={good_v1}", "00".repeat(32));
         let rotating = verifier(&["whsec_old", "whsec_new"]);
-        assert_eq!(rotating.verify(Some(&header), BODY, at(1_700_000_000)), Ok(()));
-        assert_eq!(verifier(&["whsec_old"]).verify(Some(&header), BODY, at(1_700_000_000)), Err(SignatureError::NoMatch));
+        assert_eq!(
+            rotating.verify(Some(&header), BODY, at(1_700_000_000)),
+            Ok(())
+        );
+        assert_eq!(
+            verifier(&["whsec_old"]).verify(Some(&header), BODY, at(1_700_000_000)),
+            Err(SignatureError::NoMatch)
+        );
     }
 
     #[test]
     fn rejects_a_tampered_body_or_a_wrong_secret() {
         let header = sign(&Secret::new("whsec_a"), 1_700_000_000, BODY);
         let v = verifier(&["whsec_a"]);
-        assert_eq!(v.verify(Some(&header), b"{}", at(1_700_000_000)), Err(SignatureError::NoMatch));
+        assert_eq!(
+            v.verify(Some(&header), b"{}", at(1_700_000_000)),
+            Err(SignatureError::NoMatch)
+        );
         let forged = sign(&Secret::new("whsec_b"), 1_700_000_000, BODY);
-        assert_eq!(v.verify(Some(&forged), BODY, at(1_700_000_000)), Err(SignatureError::NoMatch));
+        assert_eq!(
+            v.verify(Some(&forged), BODY, at(1_700_000_000)),
+            Err(SignatureError::NoMatch)
+        );
     }
 
     #[test]
@@ -184,8 +227,14 @@ mod tests {
         let header = sign(&Secret::new("whsec_a"), 1_700_000_000, BODY);
         let v = verifier(&["whsec_a"]);
         assert_eq!(v.verify(Some(&header), BODY, at(1_700_000_300)), Ok(()));
-        assert_eq!(v.verify(Some(&header), BODY, at(1_700_000_301)), Err(SignatureError::OutsideTolerance));
-        assert_eq!(v.verify(Some(&header), BODY, at(1_699_999_699)), Err(SignatureError::OutsideTolerance));
+        assert_eq!(
+            v.verify(Some(&header), BODY, at(1_700_000_301)),
+            Err(SignatureError::OutsideTolerance)
+        );
+        assert_eq!(
+            v.verify(Some(&header), BODY, at(1_699_999_699)),
+            Err(SignatureError::OutsideTolerance)
+        );
     }
 
     #[test]
@@ -194,11 +243,24 @@ mod tests {
         let now = at(1_700_000_000);
         assert_eq!(v.verify(None, BODY, now), Err(SignatureError::Missing));
         for header in ["", "garbage", "v1=00", "t=abc,v1=00", "t=1,t=2,v1=00"] {
-            assert_eq!(v.verify(Some(header), BODY, now), Err(SignatureError::Malformed), "{header:?}");
+            assert_eq!(
+                v.verify(Some(header), BODY, now),
+                Err(SignatureError::Malformed),
+                "{header:?}"
+            );
         }
-        assert_eq!(v.verify(Some("t=1700000000"), BODY, now), Err(SignatureError::NoMatch));
-        let long = format!("t=1700000000,v1={}", "0".repeat(SIGNATURE_HEADER_LENGTH_MAX));
-        assert_eq!(v.verify(Some(&long), BODY, now), Err(SignatureError::Malformed));
+        assert_eq!(
+            v.verify(Some("t=1700000000"), BODY, now),
+            Err(SignatureError::NoMatch)
+        );
+        let long = format!(
+            "t=1700000000,v1={}",
+            "0".repeat(SIGNATURE_HEADER_LENGTH_MAX)
+        );
+        assert_eq!(
+            v.verify(Some(&long), BODY, now),
+            Err(SignatureError::Malformed)
+        );
     }
 
     #[test]

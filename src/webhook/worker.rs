@@ -11,7 +11,9 @@ use super::decision;
 use super::event::{Subject, parse_subject};
 use crate::clock::Clock;
 use crate::store::StoreError;
-use crate::store::inbox::{Claim, ClaimOwner, InboxEvent, InboxOutcome, InboxStore, SettleEvent, Settlement};
+use crate::store::inbox::{
+    Claim, ClaimOwner, InboxEvent, InboxOutcome, InboxStore, SettleEvent, Settlement,
+};
 
 /// Batches drained per tick before the worker sleeps again, so one tick is bounded even when
 /// the inbox keeps filling.
@@ -41,7 +43,10 @@ pub struct BatchReport {
 
 impl BatchReport {
     pub fn count(&self, outcome: InboxOutcome) -> usize {
-        self.settled.iter().filter(|settled| settled.outcome == outcome).count()
+        self.settled
+            .iter()
+            .filter(|settled| settled.outcome == outcome)
+            .count()
     }
 }
 
@@ -60,8 +65,16 @@ pub struct InboxWorker {
 }
 
 impl InboxWorker {
-    pub fn new(store: Arc<dyn InboxStore>, clock: Arc<dyn Clock>, settings: WorkerSettings) -> Self {
-        Self { store, clock, settings }
+    pub fn new(
+        store: Arc<dyn InboxStore>,
+        clock: Arc<dyn Clock>,
+        settings: WorkerSettings,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            settings,
+        }
     }
 
     /// Claims and settles one batch. A store error stops the batch: the events it did not
@@ -70,9 +83,14 @@ impl InboxWorker {
         let now = self.clock.now();
         let claim = Claim {
             owner: ClaimOwner::new(),
-            expires_at: now + chrono::Duration::from_std(self.settings.claim_duration).unwrap_or(chrono::Duration::MAX),
+            expires_at: now
+                + chrono::Duration::from_std(self.settings.claim_duration)
+                    .unwrap_or(chrono::Duration::MAX),
         };
-        let events = self.store.claim_events(claim, now, self.settings.batch_max).await?;
+        let events = self
+            .store
+            .claim_events(claim, now, self.settings.batch_max)
+            .await?;
         if events.is_empty() {
             self.observe_depth().await?;
             return Ok(DrainOutcome::EmptyInbox);
@@ -87,14 +105,21 @@ impl InboxWorker {
             let settle = SettleEvent {
                 event_id: event.event_id.clone(),
                 owner: claim.owner,
-                dedup_key: event.object_id.clone().map(|object_id| (object_id, event.event_type.clone())),
+                dedup_key: event
+                    .object_id
+                    .clone()
+                    .map(|object_id| (object_id, event.event_type.clone())),
                 settlement: settlement.clone(),
                 now: self.clock.now(),
             };
             match self.store.settle_event(&settle).await? {
                 Some(outcome) => {
                     record(&event, &settlement, outcome);
-                    report.settled.push(SettledEvent { event_id: event.event_id, event_type: event.event_type, outcome });
+                    report.settled.push(SettledEvent {
+                        event_id: event.event_id,
+                        event_type: event.event_type,
+                        outcome,
+                    });
                 }
                 None => {
                     metrics::counter!("chargeguard_webhook_claims_lost_total").increment(1);
@@ -111,9 +136,19 @@ impl InboxWorker {
         match parse_subject(&event.event_type, &event.payload) {
             Err(error) => Ok(decision::unreadable(&error)),
             Ok(Subject::Untracked) => Ok(decision::untracked(&event.event_type)),
-            Ok(Subject::Payment { snapshot, attempt_id }) => {
-                let attempt = self.store.find_attempt_for_payment(&snapshot.id, attempt_id).await?;
-                Ok(decision::for_payment(&event.event_id, &snapshot, attempt.as_ref()))
+            Ok(Subject::Payment {
+                snapshot,
+                attempt_id,
+            }) => {
+                let attempt = self
+                    .store
+                    .find_attempt_for_payment(&snapshot.id, attempt_id)
+                    .await?;
+                Ok(decision::for_payment(
+                    &event.event_id,
+                    &snapshot,
+                    attempt.as_ref(),
+                ))
             }
         }
     }
@@ -161,7 +196,9 @@ fn record(event: &InboxEvent, settlement: &Settlement, outcome: InboxOutcome) {
     .increment(1);
     let review_reason = match (settlement, outcome) {
         (Settlement::Apply(update), InboxOutcome::Applied) => update.review_reason.as_deref(),
-        (Settlement::Flag { review_reason, .. }, InboxOutcome::Conflict) => Some(review_reason.as_str()),
+        (Settlement::Flag { review_reason, .. }, InboxOutcome::Conflict) => {
+            Some(review_reason.as_str())
+        }
         _ => None,
     };
     if let Some(reason) = review_reason {

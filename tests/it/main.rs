@@ -5,3 +5,4 @@ mod support;
 
 mod charge;
 mod simulator;
+mod webhooks;
