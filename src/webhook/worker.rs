@@ -39,6 +39,8 @@ pub struct BatchReport {
     pub settled: Vec<SettledEvent>,
     /// Events whose claim another worker took meanwhile; they settled nothing here.
     pub claims_lost: usize,
+    /// Events left claimed because a row they touch is corrupt (see the error log).
+    pub unsettled: usize,
 }
 
 impl BatchReport {
@@ -77,8 +79,8 @@ impl InboxWorker {
         }
     }
 
-    /// Claims and settles one batch. A store error stops the batch: the events it did not
-    /// settle stay claimed until their claim expires, then any worker takes them again.
+    /// Claims and settles one batch. An unavailable database stops the batch: the events it did
+    /// not settle stay claimed until their claim expires, then any worker takes them again.
     pub async fn try_drain_once(&self) -> Result<DrainOutcome, StoreError> {
         let now = self.clock.now();
         let claim = Claim {
@@ -101,35 +103,54 @@ impl InboxWorker {
                 tracing::warn!(event_id = %event.event_id, claims = event.claim_count,
                     "webhook event claimed again: an earlier worker stopped before settling it");
             }
-            let settlement = self.decide(&event).await?;
-            let settle = SettleEvent {
-                event_id: event.event_id.clone(),
-                owner: claim.owner,
-                dedup_key: event
-                    .object_id
-                    .clone()
-                    .map(|object_id| (object_id, event.event_type.clone())),
-                settlement: settlement.clone(),
-                now: self.clock.now(),
-            };
-            match self.store.settle_event(&settle).await? {
-                Some(outcome) => {
-                    record(&event, &settlement, outcome);
-                    report.settled.push(SettledEvent {
-                        event_id: event.event_id,
-                        event_type: event.event_type,
-                        outcome,
-                    });
-                }
-                None => {
+            match self.settle_one(&event, claim.owner).await {
+                Ok(Some(outcome)) => report.settled.push(SettledEvent {
+                    event_id: event.event_id,
+                    event_type: event.event_type,
+                    outcome,
+                }),
+                Ok(None) => {
                     metrics::counter!("chargeguard_webhook_claims_lost_total").increment(1);
                     report.claims_lost += 1;
                 }
+                // A row that breaks the schema's rules will not read better on the next try:
+                // leave this event claimed (it comes back after the claim, and the age gauge
+                // shows it) and go on with the batch rather than let it block the inbox.
+                Err(StoreError::Corrupt(error)) => {
+                    tracing::error!(event_id = %event.event_id, %error, "webhook event not settled");
+                    metrics::counter!("chargeguard_webhook_settle_errors_total").increment(1);
+                    report.unsettled += 1;
+                }
+                Err(error) => return Err(error),
             }
             crate::failpoints::crash_point("webhook.mid_batch");
         }
         self.observe_depth().await?;
         Ok(DrainOutcome::Batch(report))
+    }
+
+    /// Decides and settles one event; `None` when another worker took its claim meanwhile.
+    async fn settle_one(
+        &self,
+        event: &InboxEvent,
+        owner: ClaimOwner,
+    ) -> Result<Option<InboxOutcome>, StoreError> {
+        let settlement = self.decide(event).await?;
+        let settle = SettleEvent {
+            event_id: event.event_id.clone(),
+            owner,
+            dedup_key: event
+                .object_id
+                .clone()
+                .map(|object_id| (object_id, event.event_type.clone())),
+            settlement,
+            now: self.clock.now(),
+        };
+        let outcome = self.store.settle_event(&settle).await?;
+        if let Some(outcome) = outcome {
+            record(event, &settle.settlement, outcome);
+        }
+        Ok(outcome)
     }
 
     async fn decide(&self, event: &InboxEvent) -> Result<Settlement, StoreError> {

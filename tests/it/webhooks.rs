@@ -121,7 +121,7 @@ impl Hooked {
             match self.worker.try_drain_once().await.unwrap() {
                 DrainOutcome::EmptyInbox => return settled,
                 DrainOutcome::Batch(report) => {
-                    assert_eq!(report.claims_lost, 0);
+                    assert_eq!((report.claims_lost, report.unsettled), (0, 0));
                     settled.extend(report.settled);
                 }
             }
@@ -956,4 +956,34 @@ async fn without_a_signing_secret_the_endpoint_does_not_exist() {
         reqwest::StatusCode::NOT_FOUND,
         "an endpoint that cannot verify accepts nothing"
     );
+}
+
+#[tokio::test]
+async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others() {
+    let hooked = Hooked::spawn().await;
+    hooked.lose_create_answers(2).await;
+    let broken = charge_with_lost_answer(&hooked, "order-wh-broken").await;
+    charge_with_lost_answer(&hooked, "order-wh-fine").await;
+    sqlx::query("UPDATE payment_attempts SET currency = 'not a currency' WHERE id = $1::uuid")
+        .bind(&broken.attempt_id)
+        .execute(hooked.store.pool())
+        .await
+        .unwrap();
+    hooked.flush().await;
+
+    let DrainOutcome::Batch(report) = hooked.worker.try_drain_once().await.unwrap() else {
+        panic!("two events to drain")
+    };
+    assert_eq!(report.unsettled, 1, "{report:?}");
+    assert_eq!(report.count(InboxOutcome::Applied), 1, "{report:?}");
+    assert_eq!(
+        status(&hooked.attempt("order-wh-fine").await),
+        AttemptStatus::Succeeded
+    );
+    let unsettled: (i64,) =
+        sqlx::query_as("SELECT count(*) FROM webhook_inbox WHERE processed_at IS NULL")
+            .fetch_one(hooked.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(unsettled.0, 1, "kept for a person to look at, not dropped");
 }
