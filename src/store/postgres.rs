@@ -132,10 +132,8 @@ impl AttemptStore for PostgresStore {
             .bind(operation_key.as_str())
             .fetch_optional(&self.pool)
             .await
-            .map_err(unavailable)?
-            .as_ref()
-            .map(attempt_from_row)
-            .transpose()
+            .map_err(unavailable)
+            .and_then(optional_attempt)
     }
 
     async fn find_by_id(
@@ -150,10 +148,8 @@ impl AttemptStore for PostgresStore {
         .bind(consumer.map(ConsumerName::as_str))
         .fetch_optional(&self.pool)
         .await
-        .map_err(unavailable)?
-        .as_ref()
-        .map(attempt_from_row)
-        .transpose()
+        .map_err(unavailable)
+        .and_then(optional_attempt)
     }
 
     async fn acquire_lease(
@@ -176,10 +172,8 @@ impl AttemptStore for PostgresStore {
         .bind(&UNFINISHED[..])
         .fetch_optional(&self.pool)
         .await
-        .map_err(unavailable)?
-        .as_ref()
-        .map(attempt_from_row)
-        .transpose()
+        .map_err(unavailable)
+        .and_then(optional_attempt)
     }
 
     async fn finish_round(
@@ -230,10 +224,8 @@ impl AttemptStore for PostgresStore {
         .bind(owner.as_uuid())
         .fetch_optional(&self.pool)
         .await
-        .map_err(unavailable)?
-        .as_ref()
-        .map(attempt_from_row)
-        .transpose()
+        .map_err(unavailable)
+        .and_then(optional_attempt)
     }
 
     async fn list(
@@ -300,6 +292,10 @@ impl AttemptStore for PostgresStore {
         sqlx::query("SELECT 1").execute(&self.pool).await.map_err(unavailable)?;
         Ok(())
     }
+}
+
+fn optional_attempt(row: Option<PgRow>) -> Result<Option<Attempt>, StoreError> {
+    row.as_ref().map(attempt_from_row).transpose()
 }
 
 fn corrupt(id: Uuid, what: impl std::fmt::Display) -> StoreError {
