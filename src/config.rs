@@ -334,6 +334,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's closure must return figment's own error
     fn webhook_secrets_come_from_the_environment_as_a_list() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("CHARGEGUARD_WEBHOOKS__SECRETS", r#"["whsec_old", "whsec_new"]"#);

@@ -294,7 +294,7 @@ impl AttemptStore for PostgresStore {
     }
 }
 
-fn optional_attempt(row: Option<PgRow>) -> Result<Option<Attempt>, StoreError> {
+pub(super) fn optional_attempt(row: Option<PgRow>) -> Result<Option<Attempt>, StoreError> {
     row.as_ref().map(attempt_from_row).transpose()
 }
 
@@ -302,7 +302,7 @@ fn corrupt(id: Uuid, what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("attempt {id}: {what}"))
 }
 
-pub(super) fn attempt_from_row(row: &PgRow) -> Result<Attempt, StoreError> {
+fn attempt_from_row(row: &PgRow) -> Result<Attempt, StoreError> {
     let id: Uuid = row.try_get("id").map_err(unavailable)?;
     let get_text = |column: &str| -> Result<String, StoreError> {
         row.try_get::<String, _>(column).map_err(|error| corrupt(id, error))

@@ -11,8 +11,8 @@ use super::inbox::{
     Claim, InboxEvent, InboxInsert, InboxOutcome, InboxStats, InboxStore, NewInboxEvent,
     PaymentUpdate, PruneCounts, SettleEvent, Settlement,
 };
-use super::postgres::{attempt_from_row, status_names, unavailable};
-use super::{PostgresStore, StoreError};
+use super::postgres::{optional_attempt, status_names, unavailable};
+use super::{AttemptStore, PostgresStore, StoreError};
 use crate::domain::{Attempt, AttemptId};
 
 #[async_trait]
@@ -93,21 +93,13 @@ impl InboxStore for PostgresStore {
         .bind(provider_payment_id)
         .fetch_optional(self.pool())
         .await
-        .map_err(unavailable)?;
-        if let Some(row) = by_object {
-            return attempt_from_row(&row).map(Some);
+        .map_err(unavailable)
+        .and_then(optional_attempt)?;
+        match (by_object, attempt_id) {
+            (Some(attempt), _) => Ok(Some(attempt)),
+            (None, Some(attempt_id)) => AttemptStore::find_by_id(self, None, attempt_id).await,
+            (None, None) => Ok(None),
         }
-        let Some(attempt_id) = attempt_id else {
-            return Ok(None);
-        };
-        sqlx::query("SELECT * FROM payment_attempts WHERE id = $1")
-            .bind(attempt_id.as_uuid())
-            .fetch_optional(self.pool())
-            .await
-            .map_err(unavailable)?
-            .as_ref()
-            .map(attempt_from_row)
-            .transpose()
     }
 
     async fn settle_event(&self, settle: &SettleEvent) -> Result<Option<InboxOutcome>, StoreError> {

@@ -75,7 +75,7 @@ pub enum Subject {
     /// A `payment_intent.*` event: the intent as the provider holds it, and the attempt id its
     /// metadata names (if any, and well-formed).
     Payment {
-        snapshot: PaymentSnapshot,
+        snapshot: Box<PaymentSnapshot>,
         attempt_id: Option<AttemptId>,
     },
     /// Anything else (refunds, charges, …): no attempt record exists for these yet.
@@ -167,7 +167,7 @@ pub fn parse_subject(event_type: &str, payload: &str) -> Result<Subject, EventEr
         }),
     };
     Ok(Subject::Payment {
-        snapshot,
+        snapshot: Box::new(snapshot),
         attempt_id,
     })
 }
