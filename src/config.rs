@@ -3,7 +3,7 @@
 //! option has a default and a bound, and `validate` checks them together at start.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use figment::Figment;
@@ -11,7 +11,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::KeyWindow;
-use crate::orchestrator::OrchestratorSettings;
+use crate::orchestrator::{OrchestratorSettings, SweepSettings};
 use crate::secret::Secret;
 use crate::webhook::{RetentionSettings, WebhookSettings, WorkerSettings};
 
@@ -22,6 +22,7 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub provider: ProviderConfig,
     pub charge: ChargeConfig,
+    pub sweep: SweepConfig,
     /// Callers and their bearer tokens (stored as SHA-256 hex, never in clear).
     pub consumers: Vec<ConsumerConfig>,
     pub webhooks: WebhooksConfig,
@@ -42,9 +43,12 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
-    /// `postgres://…`. Secret-bearing: never logged.
+    /// `postgres://…` (PostgreSQL) or `sqlite:…` (a SQLite file); unset means the embedded
+    /// SQLite file at `sqlite_path`. Secret-bearing: never logged.
     #[serde(skip_serializing)]
     pub url: Option<Secret>,
+    /// The embedded store's file when `url` is unset; its directory is created at start.
+    pub sqlite_path: PathBuf,
     pub connections_max: u32,
     pub acquire_timeout_ms: u64,
     pub statement_timeout_ms: u64,
@@ -103,6 +107,24 @@ pub struct WebhooksConfig {
     pub retention_interval_ms: u64,
 }
 
+/// The scheduled pending sweep (see README "Recovery").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SweepConfig {
+    /// Runs the sweep inside `serve`; turn off where `chargeguard sweep --once` runs from cron.
+    pub enabled: bool,
+    /// 6-field cron expression, seconds first, UTC.
+    pub schedule: String,
+    /// Rows one pass reconciles at most.
+    pub batch_max: u32,
+    /// Rows in flight at once (each holds a database connection for its statements).
+    pub concurrency_max: u32,
+    /// Provider rounds after which an unfinished row is flagged for review instead of retried.
+    pub check_count_max: u32,
+    /// A flagged row is looked at (and logged) again this often; it is never sent again.
+    pub review_reminder_hours: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConsumerConfig {
@@ -118,6 +140,7 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             provider: ProviderConfig::default(),
             charge: ChargeConfig::default(),
+            sweep: SweepConfig::default(),
             consumers: Vec::new(),
             webhooks: WebhooksConfig::default(),
         }
@@ -156,6 +179,7 @@ impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: None,
+            sqlite_path: PathBuf::from("chargeguard-data/chargeguard.sqlite"),
             connections_max: 16,
             acquire_timeout_ms: 5_000,
             statement_timeout_ms: 5_000,
@@ -194,6 +218,20 @@ impl Default for ChargeConfig {
     }
 }
 
+impl Default for SweepConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            schedule: "0 * * * * *".to_owned(),
+            batch_max: 200,
+            concurrency_max: 8,
+            // About three days at the default one-hour backoff cap.
+            check_count_max: 72,
+            review_reminder_hours: 24,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read configuration: {0}")]
@@ -226,6 +264,9 @@ impl Config {
         };
         let charge = &self.charge;
         let provider = &self.provider;
+        if let Err(problem) = crate::store::DatabaseLocation::from_config(&self.database) {
+            check(false, &problem.to_string());
+        }
         check((1..=1_000).contains(&self.database.connections_max), "database.connections_max must be 1-1000");
         check((100..=600_000).contains(&self.database.statement_timeout_ms), "database.statement_timeout_ms must be 100-600000");
         check((100..=600_000).contains(&self.database.acquire_timeout_ms), "database.acquire_timeout_ms must be 100-600000");
@@ -256,6 +297,12 @@ impl Config {
         check((1..=10_000).contains(&webhooks.retention_batch_max), "webhooks.retention_batch_max must be 1-10000");
         check((1_000..=86_400_000).contains(&webhooks.retention_interval_ms), "webhooks.retention_interval_ms must be 1000-86400000");
         check(webhooks.secrets.iter().all(|secret| !secret.is_empty()), "webhooks.secrets must not contain an empty secret");
+        let sweep = &self.sweep;
+        check(crate::sweep_job::schedule_is_valid(&sweep.schedule), &format!("sweep.schedule {:?} must be a 6-field cron expression, seconds first (\"0 * * * * *\")", sweep.schedule));
+        check((1..=10_000).contains(&sweep.batch_max), "sweep.batch_max must be 1-10000");
+        check((1..=self.database.connections_max).contains(&sweep.concurrency_max), "sweep.concurrency_max must be 1..database.connections_max");
+        check((1..=10_000).contains(&sweep.check_count_max), "sweep.check_count_max must be 1-10000");
+        check((1..=24 * 30).contains(&sweep.review_reminder_hours), "sweep.review_reminder_hours must be 1-720");
         for consumer in &self.consumers {
             check(crate::domain::ConsumerName::parse(&consumer.name).is_ok(), &format!("consumers: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", consumer.name));
             let hash_ok = consumer.token_sha256.len() == 64
@@ -281,6 +328,12 @@ impl Config {
             lookup_slack: minutes(charge.lookup_slack_minutes),
             list_page_size_default: charge.list_page_size_default,
             list_page_size_max: charge.list_page_size_max,
+            sweep: SweepSettings {
+                batch_max: self.sweep.batch_max,
+                concurrency_max: self.sweep.concurrency_max,
+                check_count_max: self.sweep.check_count_max,
+                review_reminder: Duration::from_secs(self.sweep.review_reminder_hours * 3600),
+            },
         }
     }
 
@@ -344,5 +397,20 @@ mod tests {
             assert!(!format!("{config:?}").contains("whsec_"), "never printed");
             Ok(())
         });
+    }
+
+    #[test]
+    fn sweep_bounds_and_schedule_are_checked() {
+        let mut config = Config::default();
+        config.sweep.schedule = "* * * * *".into();
+        config.sweep.batch_max = 0;
+        config.sweep.concurrency_max = config.database.connections_max + 1;
+        config.sweep.check_count_max = 0;
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        for option in ["sweep.schedule", "sweep.batch_max", "sweep.concurrency_max", "sweep.check_count_max"] {
+            assert!(problems.iter().any(|p| p.contains(option)), "{option} in {problems:?}");
+        }
+        config.sweep = SweepConfig { schedule: "*/10 * * * * *".into(), ..SweepConfig::default() };
+        config.validate().unwrap();
     }
 }

@@ -14,5 +14,6 @@ pub mod secret;
 pub mod simulator;
 pub mod startup;
 pub mod store;
+pub mod sweep_job;
 pub mod telemetry;
 pub mod webhook;

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
@@ -16,8 +15,8 @@ use crate::config::Config;
 use crate::grpc::{Authenticator, PaymentsService, proto};
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
-use crate::store::{AttemptStore, InboxStore, PostgresStore};
-use crate::store::postgres::PostgresPoolOptions;
+use crate::store::{AttemptStore, InboxStore, OpenedStore};
+use crate::sweep_job::SweepJob;
 
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -28,7 +27,7 @@ pub struct Application {
     config: Config,
     orchestrator: Orchestrator,
     store: Arc<dyn AttemptStore>,
-    inbox: Arc<dyn InboxStore>,
+    inbox: Option<Arc<dyn InboxStore>>,
     grpc_listener: TcpListener,
     http_listener: TcpListener,
     shutdown: CancellationToken,
@@ -37,24 +36,18 @@ pub struct Application {
 impl Application {
     pub async fn build(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
         config.validate()?;
-        let database_url = config
-            .database
-            .url
-            .as_ref()
-            .context("database.url is not set (CHARGEGUARD_DATABASE__URL)")?;
-        let postgres = PostgresStore::connect_lazy(
-            database_url.expose(),
-            &PostgresPoolOptions {
-                connections_max: config.database.connections_max,
-                acquire_timeout: Duration::from_millis(config.database.acquire_timeout_ms),
-                statement_timeout: Duration::from_millis(config.database.statement_timeout_ms),
-            },
-        )?;
+        let location = crate::store::DatabaseLocation::from_config(&config.database)?;
+        tracing::info!("attempt store: {}", location.describe());
+        let opened = crate::store::open(&config.database).await.context("opening the attempt store")?;
         if config.database.migrate_on_start {
-            postgres.migrate().await.context("applying migrations")?;
+            opened.migrate().await.context("applying migrations")?;
         }
-        let inbox: Arc<dyn InboxStore> = Arc::new(postgres.clone());
-        let store: Arc<dyn AttemptStore> = Arc::new(postgres);
+        let inbox: Option<Arc<dyn InboxStore>> = match &opened {
+            OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
+            // The webhook inbox has a PostgreSQL implementation only.
+            OpenedStore::Sqlite(_) => None,
+        };
+        let store: Arc<dyn AttemptStore> = opened.into_store();
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig {
             api_key: config.provider.api_key.clone().context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
             base_url: config.provider.base_url.clone(),
@@ -100,6 +93,7 @@ impl Application {
         let authenticator = Authenticator::from_config(&self.config.consumers)?;
         let payments = PaymentsService::new(self.orchestrator.clone(), authenticator).into_server();
 
+        let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
         let shutdown = self.shutdown.clone();
         let store = self.store.clone();
         let health_task = tokio::spawn({
@@ -136,8 +130,13 @@ impl Application {
             }
         });
 
-        let webhooks = crate::webhook::Webhooks::new(self.inbox.clone(), self.orchestrator.clock().clone(), self.config.webhook_settings());
-        let webhook_jobs = webhooks.spawn_jobs(&shutdown);
+        let webhooks = self.inbox.clone().map(|inbox| {
+            crate::webhook::Webhooks::new(inbox, self.orchestrator.clock().clone(), self.config.webhook_settings())
+        });
+        if webhooks.is_none() {
+            tracing::warn!("webhooks need PostgreSQL: POST /webhooks/stripe and the inbox worker are off on SQLite");
+        }
+        let webhook_jobs = webhooks.as_ref().map(|webhooks| webhooks.spawn_jobs(&shutdown)).unwrap_or_default();
 
         let grpc = tonic::transport::Server::builder()
             .timeout(Duration::from_millis(self.config.server.request_timeout_ms))
@@ -145,19 +144,35 @@ impl Application {
             .add_service(health_service)
             .add_service(reflection)
             .add_service(payments)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(self.grpc_listener), shutdown.clone().cancelled_owned());
-        let http_router = crate::http::router(crate::http::HttpState { store: self.store.clone() })
+            .serve_with_incoming_shutdown(
+                // Nagle's algorithm with delayed ACKs adds ~40 ms to small gRPC replies.
+                tonic::transport::server::TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
+                shutdown.clone().cancelled_owned(),
+            );
+        let mut http_router = crate::http::router(crate::http::HttpState { store: self.store.clone() });
+        if let Some(webhooks) = &webhooks {
             // Signatures carry the sender's wall-clock time: checked against ours, not the
             // business clock that tests move.
-            .merge(webhooks.router(Arc::new(SystemClock)));
+            http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
+        }
         let http = axum::serve(self.http_listener, http_router)
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let grpc = tokio::spawn(grpc);
         let http = tokio::spawn(async move { http.await });
-        tracing::info!(grpc = %self.config.server.grpc_listen, http = %self.config.server.http_listen, "chargeguard serving");
+        let sweep = if self.config.sweep.enabled {
+            Some(SweepJob::start(self.orchestrator.clone(), &self.config.sweep.schedule, shutdown.clone()).await?)
+        } else {
+            None
+        };
+        // The bound addresses, not the configured ones: with port 0 this line is how a parent
+        // process (the crash-point tests) learns where to connect.
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, "chargeguard serving");
         shutdown.cancelled().await;
         let grace = Duration::from_millis(self.config.server.shutdown_grace_ms);
         let drained = tokio::time::timeout(grace, async {
+            if let Some(sweep) = sweep {
+                sweep.stop().await;
+            }
             let grpc = grpc.await;
             let http = http.await;
             // The webhook jobs stop between batches; whatever they left claimed is finished by

@@ -85,6 +85,7 @@ impl Orchestrator {
             next_check_at: now + chrono_duration(self.settings.recovery_grace),
             now,
         };
+        crate::failpoints::crash_point("charge.before_pending_commit");
         match self.store.insert_pending(&new).await? {
             InsertOutcome::Inserted(attempt) => {
                 tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));

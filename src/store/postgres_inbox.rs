@@ -11,7 +11,8 @@ use super::inbox::{
     Claim, InboxEvent, InboxInsert, InboxOutcome, InboxStats, InboxStore, NewInboxEvent,
     PaymentUpdate, PruneCounts, SettleEvent, Settlement,
 };
-use super::postgres::{optional_attempt, status_names, unavailable};
+use super::postgres::{status_names, unavailable};
+use super::row::optional_attempt;
 use super::{AttemptStore, PostgresStore, StoreError};
 use crate::domain::{Attempt, AttemptId};
 

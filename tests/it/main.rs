@@ -1,8 +1,12 @@
 //! The one integration-test binary: every test drives the real servers over real sockets
-//! against a real PostgreSQL database and the in-process Stripe simulator.
+//! against a real database (PostgreSQL, or the embedded SQLite file where a test says so) and
+//! the in-process Stripe simulator.
 
 mod support;
 
 mod charge;
+mod embedded;
+mod recovery;
 mod simulator;
+mod store;
 mod webhooks;

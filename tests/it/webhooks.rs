@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use chargeguard::clock::Clock;
 use chargeguard::grpc::proto;
-use chargeguard::grpc::proto::{
-    AttemptStatus, ChargeOutcome, GetAttemptRequest, get_attempt_request::Selector,
-};
+use chargeguard::grpc::proto::{AttemptStatus, ChargeOutcome};
 use chargeguard::secret::Secret;
 use chargeguard::simulator::{AuthenticationOutcome, Endpoint, FaultKind, FaultSpec, WebhookMode};
 use chargeguard::store::PostgresStore;
@@ -23,7 +21,7 @@ use chargeguard::webhook::{
 use tonic::Code;
 
 use crate::support::{
-    ORDERS_TOKEN, SIM_API_KEY, TestApp, authed, charge_request, error_code, outcome_of, status_of,
+    Backend, SIM_API_KEY, TestApp, charge_request, error_code, outcome_of, status_of,
 };
 
 const SECRET: &str = "whsec_chargeguard_it";
@@ -129,22 +127,6 @@ impl Hooked {
         panic!("the inbox did not drain in {DRAINS_MAX} passes");
     }
 
-    async fn attempt(&self, operation_key: &str) -> proto::Attempt {
-        let mut client = self.app.client().await;
-        client
-            .get_attempt(authed(
-                ORDERS_TOKEN,
-                GetAttemptRequest {
-                    selector: Some(Selector::OperationKey(operation_key.into())),
-                },
-            ))
-            .await
-            .unwrap()
-            .into_inner()
-            .attempt
-            .unwrap()
-    }
-
     /// (event id, event type, outcome) of every inbox row, oldest first.
     async fn inbox(&self) -> Vec<(String, String, Option<String>)> {
         sqlx::query_as("SELECT event_id, event_type, outcome FROM webhook_inbox ORDER BY received_at, event_id")
@@ -221,7 +203,7 @@ async fn charge_with_lost_answer(hooked: &Hooked, operation_key: &str) -> proto:
         .unwrap_err();
     assert_eq!(error.code(), Code::Unavailable, "{error:?}");
     assert_eq!(error_code(&error), "outcome_unknown");
-    let attempt = hooked.attempt(operation_key).await;
+    let attempt = hooked.app.attempt_of(operation_key).await;
     assert_eq!(status(&attempt), AttemptStatus::Pending);
     assert!(
         attempt.provider_payment_id.is_empty(),
@@ -242,7 +224,7 @@ async fn a_charge_left_pending_by_a_lost_answer_is_completed_by_its_webhook() {
         [InboxOutcome::Applied]
     );
 
-    let attempt = hooked.attempt("order-wh-1").await;
+    let attempt = hooked.app.attempt_of("order-wh-1").await;
     assert_eq!(status(&attempt), AttemptStatus::Succeeded);
     let ledger = hooked.app.sim().ledger().await.unwrap();
     assert_eq!(ledger.payment_intents.len(), 1);
@@ -307,7 +289,7 @@ async fn the_same_event_delivered_twice_is_stored_once_and_applied_once() {
         [InboxOutcome::Applied]
     );
     assert_eq!(
-        status(&hooked.attempt("order-wh-2").await),
+        status(&hooked.app.attempt_of("order-wh-2").await),
         AttemptStatus::Succeeded
     );
 }
@@ -339,7 +321,7 @@ async fn two_distinct_events_for_one_change_apply_once() {
     succeeded.sort_by_key(|outcome| outcome.as_str());
     assert_eq!(succeeded, [InboxOutcome::Applied, InboxOutcome::Duplicate]);
     assert_eq!(
-        status(&hooked.attempt("order-wh-3").await),
+        status(&hooked.app.attempt_of("order-wh-3").await),
         AttemptStatus::Succeeded
     );
     let detail: (String,) =
@@ -433,7 +415,7 @@ async fn a_processing_event_after_success_never_moves_the_attempt_backwards() {
         outcomes(&settled, "payment_intent.succeeded"),
         [InboxOutcome::Applied]
     );
-    let succeeded = hooked.attempt("order-wh-4").await;
+    let succeeded = hooked.app.attempt_of("order-wh-4").await;
     assert_eq!(status(&succeeded), AttemptStatus::Succeeded);
 
     let (signature, body) = recorder.take("payment_intent.processing");
@@ -447,7 +429,7 @@ async fn a_processing_event_after_success_never_moves_the_attempt_backwards() {
         outcomes(&settled, "payment_intent.processing"),
         [InboxOutcome::Stale]
     );
-    let after = hooked.attempt("order-wh-4").await;
+    let after = hooked.app.attempt_of("order-wh-4").await;
     assert_eq!(status(&after), AttemptStatus::Succeeded);
     assert_eq!(after.provider_status, "succeeded");
     assert_eq!(
@@ -474,7 +456,7 @@ async fn a_processing_event_after_success_never_moves_the_attempt_backwards() {
         [InboxOutcome::Stale]
     );
     assert_eq!(
-        status(&hooked.attempt("order-wh-4").await),
+        status(&hooked.app.attempt_of("order-wh-4").await),
         AttemptStatus::Succeeded
     );
 }
@@ -580,7 +562,7 @@ async fn a_payment_that_settles_later_is_completed_by_its_webhook() {
         "pending stays pending"
     );
     assert_eq!(
-        status(&hooked.attempt("order-wh-5").await),
+        status(&hooked.app.attempt_of("order-wh-5").await),
         AttemptStatus::Pending
     );
 
@@ -590,7 +572,7 @@ async fn a_payment_that_settles_later_is_completed_by_its_webhook() {
         outcomes(&settled, "payment_intent.succeeded"),
         [InboxOutcome::Applied]
     );
-    let attempt = hooked.attempt("order-wh-5").await;
+    let attempt = hooked.app.attempt_of("order-wh-5").await;
     assert_eq!(status(&attempt), AttemptStatus::Succeeded);
     assert_eq!(
         attempt.provider_calls, 1,
@@ -623,7 +605,7 @@ async fn three_d_secure_completed_by_the_customer_is_applied_by_its_webhook() {
         outcomes(&settled, "payment_intent.succeeded"),
         [InboxOutcome::Applied]
     );
-    let attempt = hooked.attempt("order-wh-6").await;
+    let attempt = hooked.app.attempt_of("order-wh-6").await;
     assert_eq!(status(&attempt), AttemptStatus::Succeeded);
     assert!(
         attempt.next_action.is_none(),
@@ -666,7 +648,7 @@ async fn refund_events_are_kept_as_unknown_objects_and_counted() {
     );
     assert_eq!(hooked.inbox().await.len(), 3, "kept, not dropped");
     assert_eq!(
-        status(&hooked.attempt("order-wh-7").await),
+        status(&hooked.app.attempt_of("order-wh-7").await),
         AttemptStatus::Succeeded,
         "a refund is a new operation"
     );
@@ -717,7 +699,7 @@ async fn an_event_for_a_second_object_flags_the_attempt_and_changes_nothing_else
             .map(|s| s.outcome),
         Some(InboxOutcome::Conflict)
     );
-    let attempt = hooked.attempt("order-wh-8").await;
+    let attempt = hooked.app.attempt_of("order-wh-8").await;
     assert_eq!(status(&attempt), AttemptStatus::Succeeded);
     assert_eq!(
         attempt.provider_payment_id, paid.provider_payment_id,
@@ -840,6 +822,7 @@ async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_b
         )
         .env("CHARGEGUARD_SERVER__GRPC_LISTEN", "127.0.0.1:0")
         .env("CHARGEGUARD_SERVER__HTTP_LISTEN", "127.0.0.1:0")
+        .env("CHARGEGUARD_SWEEP__ENABLED", "false")
         .env("CHARGEGUARD_WEBHOOKS__WORKER_INTERVAL_MS", "50")
         .env(
             "CHARGEGUARD_WEBHOOKS__WORKER_CLAIM_MS",
@@ -902,7 +885,7 @@ async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_b
 
     for index in 0..3 {
         assert_eq!(
-            status(&hooked.attempt(&format!("order-crash-{index}")).await),
+            status(&hooked.app.attempt_of(&format!("order-crash-{index}")).await),
             AttemptStatus::Succeeded
         );
     }
@@ -930,9 +913,8 @@ async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_b
     );
 }
 
-#[tokio::test]
-async fn without_a_signing_secret_the_endpoint_does_not_exist() {
-    let app = TestApp::spawn().await;
+/// A signed post to the app's webhook endpoint.
+async fn post_signed(app: &TestApp) -> reqwest::StatusCode {
     let body = intent_event(
         "evt_1",
         "payment_intent.succeeded",
@@ -940,7 +922,7 @@ async fn without_a_signing_secret_the_endpoint_does_not_exist() {
         "succeeded",
         "x",
     );
-    let status = reqwest::Client::new()
+    reqwest::Client::new()
         .post(format!("http://{}/webhooks/stripe", app.http_addr))
         .header(
             "stripe-signature",
@@ -950,11 +932,29 @@ async fn without_a_signing_secret_the_endpoint_does_not_exist() {
         .send()
         .await
         .unwrap()
-        .status();
+        .status()
+}
+
+#[tokio::test]
+async fn without_a_signing_secret_the_endpoint_does_not_exist() {
+    let app = TestApp::spawn().await;
     assert_eq!(
-        status,
+        post_signed(&app).await,
         reqwest::StatusCode::NOT_FOUND,
         "an endpoint that cannot verify accepts nothing"
+    );
+}
+
+#[tokio::test]
+async fn on_the_embedded_sqlite_store_webhooks_are_off() {
+    let app = TestApp::spawn_backend_with(Backend::Sqlite, |config| {
+        config.webhooks.secrets = vec![Secret::new(SECRET)];
+    })
+    .await;
+    assert_eq!(
+        post_signed(&app).await,
+        reqwest::StatusCode::NOT_FOUND,
+        "no inbox to store into"
     );
 }
 
@@ -977,7 +977,7 @@ async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others() {
     assert_eq!(report.unsettled, 1, "{report:?}");
     assert_eq!(report.count(InboxOutcome::Applied), 1, "{report:?}");
     assert_eq!(
-        status(&hooked.attempt("order-wh-fine").await),
+        status(&hooked.app.attempt_of("order-wh-fine").await),
         AttemptStatus::Succeeded
     );
     let unsettled: (i64,) =
