@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::KeyWindow;
 use crate::orchestrator::{OrchestratorSettings, SweepSettings};
 use crate::secret::Secret;
+use crate::webhook::{RetentionSettings, WebhookSettings, WorkerSettings};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -26,6 +27,7 @@ pub struct Config {
     pub sweep: SweepConfig,
     /// Callers and their bearer tokens (stored as SHA-256 hex, never in clear).
     pub consumers: Vec<ConsumerConfig>,
+    pub webhooks: WebhooksConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -96,6 +98,28 @@ pub struct EmbeddedConfig {
     pub demo_token_file: std::path::PathBuf,
 }
 
+/// `POST /webhooks/stripe`, the inbox worker and inbox retention.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    /// Stripe signing secrets (`whsec_…`); several while rotating. Empty disables the endpoint.
+    /// Never logged.
+    #[serde(skip_serializing)]
+    pub secrets: Vec<Secret>,
+    /// Allowed distance between the signature's timestamp and now (Stripe's libraries: 300).
+    pub signature_tolerance_seconds: u64,
+    /// Larger bodies are refused with 413.
+    pub body_bytes_max: usize,
+    pub worker_batch_max: u32,
+    pub worker_interval_ms: u64,
+    /// How long a claimed batch stays one worker's before another may finish it.
+    pub worker_claim_ms: u64,
+    /// Processed events older than this are pruned; at least 31 (Stripe resends for 30 days).
+    pub retention_days: u32,
+    pub retention_batch_max: u32,
+    pub retention_interval_ms: u64,
+}
+
 /// The scheduled pending sweep (see README "Recovery").
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -132,6 +156,23 @@ impl Default for Config {
             embedded: EmbeddedConfig::default(),
             sweep: SweepConfig::default(),
             consumers: Vec::new(),
+            webhooks: WebhooksConfig::default(),
+        }
+    }
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        Self {
+            secrets: Vec::new(),
+            signature_tolerance_seconds: 300,
+            body_bytes_max: 256 * 1024,
+            worker_batch_max: 100,
+            worker_interval_ms: 1_000,
+            worker_claim_ms: 60_000,
+            retention_days: 35,
+            retention_batch_max: 500,
+            retention_interval_ms: 3_600_000,
         }
     }
 }
@@ -281,6 +322,17 @@ impl Config {
             "server.shutdown_grace_ms must exceed provider.call_timeout_ms (a call in flight finishes) and be at most 600000",
         );
         check(!self.embedded.demo_token_file.as_os_str().is_empty(), "embedded.demo_token_file must not be empty");
+        let webhooks = &self.webhooks;
+        check((1..=3_600).contains(&webhooks.signature_tolerance_seconds), "webhooks.signature_tolerance_seconds must be 1-3600");
+        check((4_096..=16 * 1024 * 1024).contains(&webhooks.body_bytes_max), "webhooks.body_bytes_max must be 4096-16777216");
+        check((1..=1_000).contains(&webhooks.worker_batch_max), "webhooks.worker_batch_max must be 1-1000");
+        check((10..=3_600_000).contains(&webhooks.worker_interval_ms), "webhooks.worker_interval_ms must be 10-3600000");
+        check((1_000..=3_600_000).contains(&webhooks.worker_claim_ms), "webhooks.worker_claim_ms must be 1000-3600000");
+        check(webhooks.worker_claim_ms >= self.database.statement_timeout_ms * 2, "webhooks.worker_claim_ms must be at least twice database.statement_timeout_ms, so a live worker keeps its claim");
+        check((crate::webhook::retention::RETENTION_DAYS_MIN..=3_650).contains(&webhooks.retention_days), "webhooks.retention_days must be 31-3650: Stripe resends events manually for up to 30 days");
+        check((1..=10_000).contains(&webhooks.retention_batch_max), "webhooks.retention_batch_max must be 1-10000");
+        check((1_000..=86_400_000).contains(&webhooks.retention_interval_ms), "webhooks.retention_interval_ms must be 1000-86400000");
+        check(webhooks.secrets.iter().all(|secret| !secret.is_empty()), "webhooks.secrets must not contain an empty secret");
         let sweep = &self.sweep;
         check(crate::sweep_job::schedule_is_valid(&sweep.schedule), &format!("sweep.schedule {:?} must be a 6-field cron expression, seconds first (\"0 * * * * *\")", sweep.schedule));
         check((1..=10_000).contains(&sweep.batch_max), "sweep.batch_max must be 1-10000");
@@ -317,6 +369,25 @@ impl Config {
                 concurrency_max: self.sweep.concurrency_max,
                 check_count_max: self.sweep.check_count_max,
                 review_reminder: Duration::from_secs(self.sweep.review_reminder_hours * 3600),
+            },
+        }
+    }
+
+    pub fn webhook_settings(&self) -> WebhookSettings {
+        let webhooks = &self.webhooks;
+        WebhookSettings {
+            secrets: webhooks.secrets.clone(),
+            signature_tolerance: chrono::Duration::seconds(webhooks.signature_tolerance_seconds as i64),
+            body_bytes_max: webhooks.body_bytes_max,
+            worker: WorkerSettings {
+                batch_max: webhooks.worker_batch_max,
+                claim_duration: Duration::from_millis(webhooks.worker_claim_ms),
+                interval: Duration::from_millis(webhooks.worker_interval_ms),
+            },
+            retention: RetentionSettings {
+                retention: chrono::Duration::days(i64::from(webhooks.retention_days)),
+                batch_max: webhooks.retention_batch_max,
+                interval: Duration::from_millis(webhooks.retention_interval_ms),
             },
         }
     }
@@ -363,6 +434,29 @@ mod tests {
         let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
         assert!(problems.iter().any(|p| p.contains("key_window_safe_minutes")));
         assert!(problems.iter().any(|p| p.contains("lease_ms")));
+    }
+
+    #[test]
+    fn webhook_retention_must_outlast_stripes_resend_window() {
+        let mut config = Config::default();
+        config.webhooks.retention_days = 30;
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        assert!(problems.iter().any(|p| p.contains("webhooks.retention_days")));
+        config.webhooks.retention_days = 31;
+        config.validate().unwrap();
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's closure must return figment's own error
+    fn webhook_secrets_come_from_the_environment_as_a_list() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CHARGEGUARD_WEBHOOKS__SECRETS", r#"["whsec_old", "whsec_new"]"#);
+            let config = Config::load(None).expect("loads");
+            let secrets: Vec<&str> = config.webhooks.secrets.iter().map(Secret::expose).collect();
+            assert_eq!(secrets, ["whsec_old", "whsec_new"]);
+            assert!(!format!("{config:?}").contains("whsec_"), "never printed");
+            Ok(())
+        });
     }
 
     #[test]

@@ -18,3 +18,4 @@ pub mod startup;
 pub mod store;
 pub mod sweep_job;
 pub mod telemetry;
+pub mod webhook;

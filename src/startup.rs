@@ -10,14 +10,14 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::grpc::{Authenticator, PaymentsService, proto};
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
 use crate::secret::Secret;
 use crate::simulator::SimulatorHandle;
-use crate::store::AttemptStore;
+use crate::store::{AttemptStore, InboxStore, OpenedStore};
 use crate::sweep_job::SweepJob;
 
 /// How often the health service re-checks the database.
@@ -34,6 +34,7 @@ pub struct Application {
     config: Config,
     orchestrator: Orchestrator,
     store: Arc<dyn AttemptStore>,
+    inbox: Option<Arc<dyn InboxStore>>,
     grpc_listener: TcpListener,
     http_listener: TcpListener,
     shutdown: CancellationToken,
@@ -52,6 +53,11 @@ impl Application {
         if config.database.migrate_on_start {
             opened.migrate().await.context("applying migrations")?;
         }
+        let inbox: Option<Arc<dyn InboxStore>> = match &opened {
+            OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
+            // The webhook inbox has a PostgreSQL implementation only.
+            OpenedStore::Sqlite(_) => None,
+        };
         let store: Arc<dyn AttemptStore> = opened.into_store();
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig {
             api_key: config.provider.api_key.clone().context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
@@ -67,7 +73,16 @@ impl Application {
         let http_listener = TcpListener::bind(config.server.http_listen)
             .await
             .with_context(|| format!("binding HTTP on {}", config.server.http_listen))?;
-        Ok(Self { config, orchestrator, store, grpc_listener, http_listener, shutdown: CancellationToken::new(), simulator })
+        Ok(Self {
+            config,
+            orchestrator,
+            store,
+            inbox,
+            grpc_listener,
+            http_listener,
+            shutdown: CancellationToken::new(),
+            simulator,
+        })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -145,6 +160,14 @@ impl Application {
             }
         });
 
+        let webhooks = self.inbox.clone().map(|inbox| {
+            crate::webhook::Webhooks::new(inbox, self.orchestrator.clock().clone(), self.config.webhook_settings())
+        });
+        if webhooks.is_none() {
+            tracing::warn!("webhooks need PostgreSQL: POST /webhooks/stripe and the inbox worker are off on SQLite");
+        }
+        let webhook_jobs = webhooks.as_ref().map(|webhooks| webhooks.spawn_jobs(&shutdown)).unwrap_or_default();
+
         let grpc = tonic::transport::Server::builder()
             .timeout(Duration::from_millis(self.config.server.request_timeout_ms))
             .concurrency_limit_per_connection(self.config.server.concurrent_requests_max)
@@ -156,7 +179,13 @@ impl Application {
                 tonic::transport::server::TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
                 shutdown.clone().cancelled_owned(),
             );
-        let http = axum::serve(self.http_listener, crate::http::router(crate::http::HttpState { store: self.store.clone() }))
+        let mut http_router = crate::http::router(crate::http::HttpState { store: self.store.clone() });
+        if let Some(webhooks) = &webhooks {
+            // Signatures carry the sender's wall-clock time: checked against ours, not the
+            // business clock that tests move.
+            http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
+        }
+        let http = axum::serve(self.http_listener, http_router)
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let grpc = tokio::spawn(grpc);
         let http = tokio::spawn(async move { http.await });
@@ -176,6 +205,11 @@ impl Application {
             }
             let grpc = grpc.await;
             let http = http.await;
+            // The webhook jobs stop between batches; whatever they left claimed is finished by
+            // the next worker after the claim expires.
+            for job in webhook_jobs {
+                let _ = job.await;
+            }
             (grpc, http)
         })
         .await;

@@ -10,3 +10,4 @@ mod ops;
 mod recovery;
 mod simulator;
 mod store;
+mod webhooks;

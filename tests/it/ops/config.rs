@@ -11,7 +11,7 @@ use super::process::{command, failed_start, write_config};
 
 const REFERENCE: &str = include_str!("../../../docs/CONFIGURATION.md");
 /// Options that never serialize (secrets) and so cannot be found by walking the defaults.
-const SECRET_OPTIONS: [&str; 2] = ["database.url", "provider.api_key"];
+const SECRET_OPTIONS: [&str; 3] = ["database.url", "provider.api_key", "webhooks.secrets"];
 
 /// `section.option` → its default, rendered as the reference renders it (`unset` for none).
 fn options_of_config() -> BTreeMap<String, String> {
