@@ -78,48 +78,15 @@ mod tests {
     use std::collections::BTreeMap;
 
     use chrono::{TimeZone, Utc};
-    use uuid::Uuid;
 
     use super::*;
-    use crate::domain::{
-        AttemptId, AttemptKind, AttemptStatus, ChargeParams, ConsumerName, Currency, Fingerprint,
-        IdempotencyKey, Metadata, OperationKey, PaymentMethodId,
-    };
+    use crate::domain::AttemptStatus;
 
     fn attempt(provider_payment_id: Option<&str>) -> Attempt {
-        let now = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
-        Attempt {
-            id: AttemptId::from_uuid(Uuid::nil()),
-            consumer: ConsumerName::parse("orders").unwrap(),
-            operation_key: OperationKey::parse("order-1").unwrap(),
-            kind: AttemptKind::Charge,
-            params: ChargeParams {
-                amount_minor: 1000,
-                currency: Currency::parse("usd").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-                customer: None,
-                description: None,
-                metadata: Metadata::from_stored(BTreeMap::new()),
-            },
-            fingerprint: Fingerprint::from_stored("f".into()),
-            status: AttemptStatus::Pending,
-            provider: "stripe".into(),
-            provider_payment_id: provider_payment_id.map(str::to_owned),
-            provider_status: None,
-            idempotency_key: IdempotencyKey::from_stored("k".into()),
-            generation: 0,
-            failure: None,
-            next_action: None,
-            review_reason: None,
-            provider_calls: 1,
-            key_window_started_at: now,
-            lease: None,
-            check_count: 0,
-            next_check_at: now,
-            last_error: None,
-            created_at: now,
-            updated_at: now,
-        }
+        let mut attempt = crate::domain::fixtures::pending_attempt(Utc.timestamp_opt(1_700_000_000, 0).unwrap());
+        attempt.provider_payment_id = provider_payment_id.map(str::to_owned);
+        attempt.provider_calls = 1;
+        attempt
     }
 
     fn snapshot(id: &str, status: ProviderPaymentStatus, amount_minor: i64) -> PaymentSnapshot {
