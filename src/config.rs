@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::KeyWindow;
 use crate::orchestrator::{OrchestratorSettings, SweepSettings};
 use crate::secret::Secret;
+use crate::webhook::{RetentionSettings, WebhookSettings, WorkerSettings};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -21,12 +22,15 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub provider: ProviderConfig,
     pub charge: ChargeConfig,
+    /// The first-run defaults: the built-in simulator and the demo consumer.
+    pub embedded: EmbeddedConfig,
     pub sweep: SweepConfig,
     /// Callers and their bearer tokens (stored as SHA-256 hex, never in clear).
     pub consumers: Vec<ConsumerConfig>,
     pub report: ReportConfig,
     /// People and tools that read reports (finance, admin); tokens stored like consumers'.
     pub operators: Vec<OperatorConfig>,
+    pub webhooks: WebhooksConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -84,6 +88,39 @@ pub struct ChargeConfig {
     pub lookup_slack_minutes: u64,
     pub list_page_size_default: u32,
     pub list_page_size_max: u32,
+}
+
+/// What `serve` does when it is started with nothing configured (see README "First run").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddedConfig {
+    /// Where the built-in Stripe simulator listens when `provider.api_key` is unset.
+    pub simulator_listen: SocketAddr,
+    /// Where the demo consumer's token is kept (mode 0600) when no consumers are configured and
+    /// the provider is the built-in simulator. Relative paths are from the working directory.
+    pub demo_token_file: std::path::PathBuf,
+}
+
+/// `POST /webhooks/stripe`, the inbox worker and inbox retention.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    /// Stripe signing secrets (`whsec_…`); several while rotating. Empty disables the endpoint.
+    /// Never logged.
+    #[serde(skip_serializing)]
+    pub secrets: Vec<Secret>,
+    /// Allowed distance between the signature's timestamp and now (Stripe's libraries: 300).
+    pub signature_tolerance_seconds: u64,
+    /// Larger bodies are refused with 413.
+    pub body_bytes_max: usize,
+    pub worker_batch_max: u32,
+    pub worker_interval_ms: u64,
+    /// How long a claimed batch stays one worker's before another may finish it.
+    pub worker_claim_ms: u64,
+    /// Processed events older than this are pruned; at least 31 (Stripe resends for 30 days).
+    pub retention_days: u32,
+    pub retention_batch_max: u32,
+    pub retention_interval_ms: u64,
 }
 
 /// The scheduled pending sweep (see README "Recovery").
@@ -169,10 +206,12 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             provider: ProviderConfig::default(),
             charge: ChargeConfig::default(),
+            embedded: EmbeddedConfig::default(),
             sweep: SweepConfig::default(),
             consumers: Vec::new(),
             report: ReportConfig::default(),
             operators: Vec::new(),
+            webhooks: WebhooksConfig::default(),
         }
     }
 }
@@ -194,6 +233,22 @@ impl Default for ReportConfig {
             statement_timeout_ms: 300_000,
             period_days_max: 400,
             abandoned_run_minutes: 24 * 60,
+        }
+    }
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        Self {
+            secrets: Vec::new(),
+            signature_tolerance_seconds: 300,
+            body_bytes_max: 256 * 1024,
+            worker_batch_max: 100,
+            worker_interval_ms: 1_000,
+            worker_claim_ms: 60_000,
+            retention_days: 35,
+            retention_batch_max: 500,
+            retention_interval_ms: 3_600_000,
         }
     }
 }
@@ -253,6 +308,15 @@ impl Default for ChargeConfig {
     }
 }
 
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        Self {
+            simulator_listen: "127.0.0.1:0".parse().expect("literal address"),
+            demo_token_file: crate::embedded::DEMO_TOKEN_FILE_DEFAULT.into(),
+        }
+    }
+}
+
 impl Default for SweepConfig {
     fn default() -> Self {
         Self {
@@ -269,11 +333,15 @@ impl Default for SweepConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read configuration: {0}")]
+    #[error("cannot read configuration:\n  - {0}")]
     Load(String),
     #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
     Invalid(Vec<String>),
 }
+
+/// `CHARGEGUARD_…` variables that belong to the command line, not to `Config` (lowercase, as
+/// figment sees them); any other unknown `CHARGEGUARD_…` variable is an error, so typos show.
+const NOT_OPTIONS: [&str; 7] = ["config", "log_format", "token", "token_file", "server_url", "sim_listen", "sim_webhook_secret"];
 
 impl Config {
     /// Defaults, then the TOML file (if given), then `CHARGEGUARD_…` variables.
@@ -285,8 +353,8 @@ impl Config {
             }
             figment = figment.merge(Toml::file(file));
         }
-        figment = figment.merge(Env::prefixed("CHARGEGUARD_").split("__"));
-        figment.extract().map_err(|error| ConfigError::Load(error.to_string()))
+        figment = figment.merge(Env::prefixed("CHARGEGUARD_").split("__").ignore(&NOT_OPTIONS));
+        figment.extract().map_err(|error| ConfigError::Load(describe_load_error(error)))
     }
 
     /// Checks every bound and every relation between options; lists all problems at once.
@@ -321,6 +389,26 @@ impl Config {
         check((1..=charge.list_page_size_max).contains(&charge.list_page_size_default), "charge.list_page_size_default must be 1..list_page_size_max");
         check(self.server.request_timeout_ms >= 1_000, "server.request_timeout_ms must be at least 1000");
         check(self.server.concurrent_requests_max >= 1, "server.concurrent_requests_max must be at least 1");
+        check(
+            provider.base_url.is_none() || provider.api_key.is_some(),
+            "provider.base_url is set but provider.api_key is not: set both, or neither to use the built-in simulator",
+        );
+        check(
+            self.server.shutdown_grace_ms > provider.call_timeout_ms && self.server.shutdown_grace_ms <= 600_000,
+            "server.shutdown_grace_ms must exceed provider.call_timeout_ms (a call in flight finishes) and be at most 600000",
+        );
+        check(!self.embedded.demo_token_file.as_os_str().is_empty(), "embedded.demo_token_file must not be empty");
+        let webhooks = &self.webhooks;
+        check((1..=3_600).contains(&webhooks.signature_tolerance_seconds), "webhooks.signature_tolerance_seconds must be 1-3600");
+        check((4_096..=16 * 1024 * 1024).contains(&webhooks.body_bytes_max), "webhooks.body_bytes_max must be 4096-16777216");
+        check((1..=1_000).contains(&webhooks.worker_batch_max), "webhooks.worker_batch_max must be 1-1000");
+        check((10..=3_600_000).contains(&webhooks.worker_interval_ms), "webhooks.worker_interval_ms must be 10-3600000");
+        check((1_000..=3_600_000).contains(&webhooks.worker_claim_ms), "webhooks.worker_claim_ms must be 1000-3600000");
+        check(webhooks.worker_claim_ms >= self.database.statement_timeout_ms * 2, "webhooks.worker_claim_ms must be at least twice database.statement_timeout_ms, so a live worker keeps its claim");
+        check((crate::webhook::retention::RETENTION_DAYS_MIN..=3_650).contains(&webhooks.retention_days), "webhooks.retention_days must be 31-3650: Stripe resends events manually for up to 30 days");
+        check((1..=10_000).contains(&webhooks.retention_batch_max), "webhooks.retention_batch_max must be 1-10000");
+        check((1_000..=86_400_000).contains(&webhooks.retention_interval_ms), "webhooks.retention_interval_ms must be 1000-86400000");
+        check(webhooks.secrets.iter().all(|secret| !secret.is_empty()), "webhooks.secrets must not contain an empty secret");
         let sweep = &self.sweep;
         check(crate::sweep_job::schedule_is_valid(&sweep.schedule), &format!("sweep.schedule {:?} must be a 6-field cron expression, seconds first (\"0 * * * * *\")", sweep.schedule));
         check((1..=10_000).contains(&sweep.batch_max), "sweep.batch_max must be 1-10000");
@@ -395,6 +483,49 @@ impl Config {
             },
         }
     }
+
+    pub fn webhook_settings(&self) -> WebhookSettings {
+        let webhooks = &self.webhooks;
+        WebhookSettings {
+            secrets: webhooks.secrets.clone(),
+            signature_tolerance: chrono::Duration::seconds(webhooks.signature_tolerance_seconds as i64),
+            body_bytes_max: webhooks.body_bytes_max,
+            worker: WorkerSettings {
+                batch_max: webhooks.worker_batch_max,
+                claim_duration: Duration::from_millis(webhooks.worker_claim_ms),
+                interval: Duration::from_millis(webhooks.worker_interval_ms),
+            },
+            retention: RetentionSettings {
+                retention: chrono::Duration::days(i64::from(webhooks.retention_days)),
+                batch_max: webhooks.retention_batch_max,
+                interval: Duration::from_millis(webhooks.retention_interval_ms),
+            },
+        }
+    }
+}
+
+/// One line per problem, each naming the option and where its value came from: the file, or the
+/// exact environment variable (figment alone says "CHARGE.LEASE_MS in `CHARGEGUARD_` …").
+fn describe_load_error(error: figment::Error) -> String {
+    let problems: Vec<String> = error
+        .into_iter()
+        .map(|error| {
+            let option = error.path.join(".");
+            let source = match error.metadata.as_ref() {
+                Some(metadata) => match &metadata.source {
+                    Some(figment::Source::File(path)) => format!(" in {}", path.display()),
+                    _ if metadata.name.contains("environment") => {
+                        format!(" in environment variable CHARGEGUARD_{}", option.to_ascii_uppercase().replace('.', "__"))
+                    }
+                    _ => String::new(),
+                },
+                None => String::new(),
+            };
+            let option = if option.is_empty() { "(top level)".to_owned() } else { option };
+            format!("{option}: {}{source}", error.kind)
+        })
+        .collect();
+    problems.join("\n  - ")
 }
 
 #[cfg(test)]
@@ -438,6 +569,29 @@ mod tests {
         let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
         assert!(problems.iter().any(|p| p.contains("key_window_safe_minutes")));
         assert!(problems.iter().any(|p| p.contains("lease_ms")));
+    }
+
+    #[test]
+    fn webhook_retention_must_outlast_stripes_resend_window() {
+        let mut config = Config::default();
+        config.webhooks.retention_days = 30;
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        assert!(problems.iter().any(|p| p.contains("webhooks.retention_days")));
+        config.webhooks.retention_days = 31;
+        config.validate().unwrap();
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's closure must return figment's own error
+    fn webhook_secrets_come_from_the_environment_as_a_list() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CHARGEGUARD_WEBHOOKS__SECRETS", r#"["whsec_old", "whsec_new"]"#);
+            let config = Config::load(None).expect("loads");
+            let secrets: Vec<&str> = config.webhooks.secrets.iter().map(Secret::expose).collect();
+            assert_eq!(secrets, ["whsec_old", "whsec_new"]);
+            assert!(!format!("{config:?}").contains("whsec_"), "never printed");
+            Ok(())
+        });
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! | `round.after_provider_call`    | the provider answered, the result is not yet recorded            |
 //! | `charge.after_record`          | the result is recorded, the caller has not heard                 |
 //! | `sweep.mid_batch`              | the sweep finished one row of its pass (others may be in flight) |
+//! | `webhook.mid_batch`            | the webhook worker settled one event of a claimed batch          |
 
 /// The exit code of a process that stopped at a crash point.
 pub const CRASH_EXIT_CODE: i32 = 86;

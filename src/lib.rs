@@ -2,9 +2,11 @@
 //! a durable record of intent, derives the provider idempotency key from the business operation,
 //! and owns the recovery of every attempt whose outcome is unknown. See ARCHITECTURE.md.
 
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod domain;
+pub mod embedded;
 pub mod failpoints;
 pub mod grpc;
 pub mod http;
@@ -17,3 +19,4 @@ pub mod startup;
 pub mod store;
 pub mod sweep_job;
 pub mod telemetry;
+pub mod webhook;

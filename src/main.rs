@@ -33,6 +33,10 @@ enum Command {
     Sweep(SweepArgs),
     /// Runs the Stripe-compatible simulator alone (no Stripe account needed).
     StripeSim(chargeguard::simulator::cli::SimArgs),
+    /// Charges once per operation, through a running server.
+    Charge(chargeguard::cli::ChargeArgs),
+    /// Reads attempts from a running server.
+    Attempt(chargeguard::cli::AttemptArgs),
     /// Reconciles our attempts with the provider's payments for a period. Exit 0 clean,
     /// 1 discrepancies, 2 error.
     Report(chargeguard::report::cli::ReportArgs),
@@ -132,6 +136,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             chargeguard::simulator::cli::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Charge(args) => Ok(chargeguard::cli::charge(args).await),
+        Command::Attempt(args) => Ok(chargeguard::cli::attempt(args).await),
         Command::Report(args) => Ok(chargeguard::report::cli::run(cli.config.as_deref(), args).await),
         Command::HashToken { token } => {
             let token = match token {

@@ -5,6 +5,8 @@
 mod attempt;
 mod charge_request;
 mod currency;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod idempotency;
 mod operation;
 mod provider_payment;

@@ -110,10 +110,7 @@ pub fn resolve_lookup(mut found: Vec<PaymentSnapshot>) -> LookupResolution {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{
-        AttemptId, AttemptKind, ChargeParams, ConsumerName, Currency, Fingerprint, IdempotencyKey,
-        Metadata, OperationKey, PaymentMethodId, ProviderPaymentStatus,
-    };
+    use crate::domain::ProviderPaymentStatus;
     use chrono::TimeZone;
 
     fn at(hours: i64) -> DateTime<Utc> {
@@ -121,40 +118,7 @@ mod tests {
     }
 
     fn pending_attempt() -> Attempt {
-        Attempt {
-            id: AttemptId::from_uuid(uuid::Uuid::nil()),
-            consumer: ConsumerName::parse("orders").unwrap(),
-            operation_key: OperationKey::parse("order-1").unwrap(),
-            kind: AttemptKind::Charge,
-            params: ChargeParams::new(
-                100,
-                1_000,
-                Currency::parse("usd").unwrap(),
-                PaymentMethodId::parse("pm_card_visa").unwrap(),
-                None,
-                None,
-                Metadata::default(),
-            )
-            .unwrap(),
-            fingerprint: Fingerprint::from_stored(String::new()),
-            status: AttemptStatus::Pending,
-            provider: "stripe".into(),
-            provider_payment_id: None,
-            provider_status: None,
-            idempotency_key: IdempotencyKey::from_stored("k".into()),
-            generation: 0,
-            failure: None,
-            next_action: None,
-            review_reason: None,
-            provider_calls: 0,
-            key_window_started_at: at(0),
-            lease: None,
-            check_count: 0,
-            next_check_at: at(0),
-            last_error: None,
-            created_at: at(0),
-            updated_at: at(0),
-        }
+        crate::domain::fixtures::pending_attempt(at(0))
     }
 
     fn window() -> KeyWindow {
@@ -199,17 +163,7 @@ mod tests {
     }
 
     fn snapshot(id: &str, status: ProviderPaymentStatus, created_hour: i64) -> PaymentSnapshot {
-        PaymentSnapshot {
-            id: id.into(),
-            status,
-            amount_minor: 100,
-            amount_received_minor: 100,
-            currency: "usd".into(),
-            created: at(created_hour),
-            metadata: Default::default(),
-            last_error: None,
-            next_action: None,
-        }
+        crate::domain::fixtures::snapshot(id, status, at(created_hour))
     }
 
     #[test]

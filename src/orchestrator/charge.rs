@@ -61,6 +61,8 @@ impl Orchestrator {
             Err(_) => "error",
         };
         metrics::counter!("chargeguard_charges_total", "outcome" => label).increment(1);
+        // Inside the span: the line carries consumer, operation_key and attempt_id.
+        tracing::info!(outcome = label, "charge answered");
         reply
     }
 

@@ -50,7 +50,7 @@ pub struct OrchestratorSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum OrchestratorError {
     #[error(
-        "operation {operation_key:?} was already requested with different {}; \
+        "operation \"{operation_key}\" was already requested with different {}; \
          the stored attempt {attempt_id} is unchanged",
         fields.join(", ")
     )]

@@ -294,51 +294,17 @@ impl Orchestrator {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use chrono::{TimeZone, Utc};
-    use uuid::Uuid;
 
     use super::*;
-    use crate::domain::{
-        AttemptId, AttemptKind, ChargeParams, ConsumerName, Currency, Fingerprint, IdempotencyKey,
-        Metadata, OperationKey, PaymentMethodId,
-    };
 
     fn attempt(check_count: u32) -> Attempt {
-        let at = Utc.with_ymd_and_hms(2026, 12, 2, 0, 0, 0).unwrap();
-        Attempt {
-            id: AttemptId::from_uuid(Uuid::nil()),
-            consumer: ConsumerName::parse("orders").unwrap(),
-            operation_key: OperationKey::parse("order-1").unwrap(),
-            kind: AttemptKind::Charge,
-            params: ChargeParams {
-                amount_minor: 1_000,
-                currency: Currency::parse("usd").unwrap(),
-                payment_method: PaymentMethodId::parse("pm_card_visa").unwrap(),
-                customer: None,
-                description: None,
-                metadata: Metadata::from_stored(BTreeMap::new()),
-            },
-            fingerprint: Fingerprint::from_stored("f".into()),
-            status: AttemptStatus::Pending,
-            provider: "stripe".into(),
-            provider_payment_id: None,
-            provider_status: None,
-            idempotency_key: IdempotencyKey::from_stored("k".into()),
-            generation: 0,
-            failure: None,
-            next_action: None,
-            review_reason: None,
-            provider_calls: check_count,
-            key_window_started_at: at,
-            lease: None,
-            check_count,
-            next_check_at: at,
-            last_error: Some("outcome unknown: 500".into()),
-            created_at: at,
-            updated_at: at,
-        }
+        let mut attempt =
+            crate::domain::fixtures::pending_attempt(Utc.with_ymd_and_hms(2026, 12, 2, 0, 0, 0).unwrap());
+        attempt.provider_calls = check_count;
+        attempt.check_count = check_count;
+        attempt.last_error = Some("outcome unknown: 500".into());
+        attempt
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! Every method is one short statement or transaction: nothing here is ever held open across
 //! a provider call.
 
+pub mod inbox;
 pub mod open;
 pub mod postgres;
+mod postgres_inbox;
 mod row;
 pub mod sqlite;
 mod postgres_report;
@@ -18,6 +20,7 @@ use crate::domain::{
     IdempotencyKey, Lease, LeaseOwner, NextAction, OperationKey,
 };
 
+pub use inbox::InboxStore;
 pub use open::{DatabaseLocation, OpenedStore, open};
 pub use postgres::PostgresStore;
 pub use report::{ReportStore, RunId, StagedPayment};

@@ -63,11 +63,11 @@ impl PostgresStore {
     }
 }
 
-fn unavailable(error: sqlx::Error) -> StoreError {
+pub(super) fn unavailable(error: sqlx::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
-fn status_names(statuses: &[AttemptStatus]) -> Vec<String> {
+pub(super) fn status_names(statuses: &[AttemptStatus]) -> Vec<String> {
     statuses.iter().map(|status| status.as_str().to_owned()).collect()
 }
 

@@ -6,7 +6,9 @@ mod support;
 
 mod charge;
 mod embedded;
+mod ops;
 mod recovery;
 mod reports;
 mod simulator;
 mod store;
+mod webhooks;
