@@ -31,7 +31,12 @@ impl Operators {
     pub fn from_config(operators: &[OperatorConfig]) -> Self {
         let by_token_hash = operators
             .iter()
-            .map(|operator| (operator.token_sha256.to_ascii_lowercase(), (operator.name.clone(), operator.role)))
+            .map(|operator| {
+                (
+                    operator.token_sha256.to_ascii_lowercase(),
+                    (operator.name.clone(), operator.role),
+                )
+            })
             .collect();
         Self { by_token_hash }
     }
@@ -46,7 +51,11 @@ pub struct ReportsService {
 
 impl ReportsService {
     pub fn new(reporter: Option<Reporter>, operators: Operators, consumers: Authenticator) -> Self {
-        Self { reporter, operators, consumers }
+        Self {
+            reporter,
+            operators,
+            consumers,
+        }
     }
 
     pub fn into_server(self) -> proto::reports_server::ReportsServer<Self> {
@@ -79,7 +88,10 @@ impl Reports for ReportsService {
         request: Request<proto::ReconciliationRequest>,
     ) -> Result<Response<Self::StreamReconciliationStream>, Status> {
         let operator = self.authorize(request.metadata())?;
-        let reporter = self.reporter.clone().ok_or_else(status::reports_unavailable)?;
+        let reporter = self
+            .reporter
+            .clone()
+            .ok_or_else(status::reports_unavailable)?;
         let period = period(request.get_ref(), reporter.settings().period_days_max)?;
         tracing::info!(%operator, from = %period.from(), to = %period.to(), "reconciliation report requested");
         let (sender, receiver) = mpsc::channel(CHUNKS_BUFFERED_MAX);
@@ -92,7 +104,9 @@ type ChunkSender = mpsc::Sender<Result<proto::ReconciliationChunk, Status>>;
 
 fn period(request: &proto::ReconciliationRequest, days_max: u32) -> Result<ReportPeriod, Status> {
     let instant = |field: &'static str, value: Option<&prost_types::Timestamp>| {
-        let value = value.ok_or_else(|| status::invalid_field(crate::domain::InvalidField::new(field, "is required")))?;
+        let value = value.ok_or_else(|| {
+            status::invalid_field(crate::domain::InvalidField::new(field, "is required"))
+        })?;
         super::convert::time_from_proto(field, value).map_err(status::invalid_field)
     };
     let from = instant("from", request.from.as_ref())?;
@@ -124,7 +138,13 @@ async fn stream_report(reporter: Reporter, period: ReportPeriod, sender: ChunkSe
 
 async fn send_report(report: &PreparedReport, sender: &ChunkSender) {
     let summary = Item::Summary(summary_to_proto(report.summary()));
-    if sender.send(Ok(proto::ReconciliationChunk { item: Some(summary) })).await.is_err() {
+    if sender
+        .send(Ok(proto::ReconciliationChunk {
+            item: Some(summary),
+        }))
+        .await
+        .is_err()
+    {
         return;
     }
     let mut pages = report.rows();
@@ -138,7 +158,9 @@ async fn send_report(report: &PreparedReport, sender: &ChunkSender) {
             }
         };
         for row in &page {
-            let chunk = proto::ReconciliationChunk { item: Some(Item::Row(row_to_proto(row))) };
+            let chunk = proto::ReconciliationChunk {
+                item: Some(Item::Row(row_to_proto(row))),
+            };
             if sender.send(Ok(chunk)).await.is_err() {
                 return;
             }
@@ -213,18 +235,21 @@ fn row_to_proto(row: &ReportRow) -> proto::ReconciliationRow {
         category_name: row.category.as_str().to_owned(),
         discrepancy: row.category.is_discrepancy(),
         detail: row.detail.clone(),
-        attempt: row.attempt.as_ref().map(|attempt| proto::ReconciledAttempt {
-            attempt_id: attempt.id.to_string(),
-            consumer: attempt.consumer.clone(),
-            operation_key: attempt.operation_key.clone(),
-            status: status_to_proto(attempt.status) as i32,
-            currency: attempt.currency.clone(),
-            amount_minor: attempt.amount_minor,
-            provider_payment_id: attempt.provider_payment_id.clone().unwrap_or_default(),
-            failure_code: attempt.failure_code.clone().unwrap_or_default(),
-            review_reason: attempt.review_reason.clone().unwrap_or_default(),
-            created_at: Some(time_to_proto(attempt.created_at)),
-        }),
+        attempt: row
+            .attempt
+            .as_ref()
+            .map(|attempt| proto::ReconciledAttempt {
+                attempt_id: attempt.id.to_string(),
+                consumer: attempt.consumer.clone(),
+                operation_key: attempt.operation_key.clone(),
+                status: status_to_proto(attempt.status) as i32,
+                currency: attempt.currency.clone(),
+                amount_minor: attempt.amount_minor,
+                provider_payment_id: attempt.provider_payment_id.clone().unwrap_or_default(),
+                failure_code: attempt.failure_code.clone().unwrap_or_default(),
+                review_reason: attempt.review_reason.clone().unwrap_or_default(),
+                created_at: Some(time_to_proto(attempt.created_at)),
+            }),
         provider_objects_total: row.objects_total,
         provider_objects: row
             .objects
@@ -237,7 +262,10 @@ fn row_to_proto(row: &ReportRow) -> proto::ReconciliationRow {
                 amount_received_minor: object.amount_received_minor,
                 refunded_minor: object.refunded_minor,
                 created_at: Some(time_to_proto(object.created_at)),
-                linked_by: object.linked_by.map(|linked| linked.as_str().to_owned()).unwrap_or_default(),
+                linked_by: object
+                    .linked_by
+                    .map(|linked| linked.as_str().to_owned())
+                    .unwrap_or_default(),
             })
             .collect(),
     }

@@ -59,13 +59,17 @@ impl Category {
     }
 
     pub fn parse(value: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|category| category.as_str() == value)
+        Self::ALL
+            .into_iter()
+            .find(|category| category.as_str() == value)
     }
 
     /// For people: what the category means.
     pub fn label(self) -> &'static str {
         match self {
-            Category::DoubleCharge => "more than one provider object for one operation (double charge)",
+            Category::DoubleCharge => {
+                "more than one provider object for one operation (double charge)"
+            }
             Category::MissingAtProvider => "our success with no provider object",
             Category::Orphan => "provider object with no attempt",
             Category::AmountMismatch => "amount or currency mismatch",
@@ -135,8 +139,16 @@ fn classify_attempt(
     thresholds: &Thresholds,
 ) -> (Category, String) {
     if row.objects_total >= 2 {
-        let succeeded = row.objects.iter().filter(|object| object.status == "succeeded").count();
-        let ids: Vec<&str> = row.objects.iter().map(|object| object.id.as_str()).collect();
+        let succeeded = row
+            .objects
+            .iter()
+            .filter(|object| object.status == "succeeded")
+            .count();
+        let ids: Vec<&str> = row
+            .objects
+            .iter()
+            .map(|object| object.id.as_str())
+            .collect();
         let listed = if row.objects.len() < row.objects_total as usize {
             format!(" (first {} listed)", row.objects.len())
         } else {
@@ -183,12 +195,22 @@ fn classify_attempt(
         return unfinished(attempt, stale);
     }
     if is_expired(attempt) {
-        return (Category::Expired, format!("the attempt expired; provider object {} is {}", object.id, object.status));
+        return (
+            Category::Expired,
+            format!(
+                "the attempt expired; provider object {} is {}",
+                object.id, object.status
+            ),
+        );
     }
     (Category::Matched, String::new())
 }
 
-fn without_object(attempt: &AttemptFacts, now: DateTime<Utc>, thresholds: &Thresholds) -> (Category, String) {
+fn without_object(
+    attempt: &AttemptFacts,
+    now: DateTime<Utc>,
+    thresholds: &Thresholds,
+) -> (Category, String) {
     match attempt.status {
         AttemptStatus::Succeeded => (
             Category::MissingAtProvider,
@@ -198,10 +220,13 @@ fn without_object(attempt: &AttemptFacts, now: DateTime<Utc>, thresholds: &Thres
                 attempt.provider_payment_id.as_deref().unwrap_or("unknown")
             ),
         ),
-        AttemptStatus::Pending | AttemptStatus::RequiresAction => unfinished(attempt, is_stale(attempt, now, thresholds)),
-        AttemptStatus::Failed if is_expired(attempt) => {
-            (Category::Expired, "the attempt expired; the provider has no object for it".to_owned())
+        AttemptStatus::Pending | AttemptStatus::RequiresAction => {
+            unfinished(attempt, is_stale(attempt, now, thresholds))
         }
+        AttemptStatus::Failed if is_expired(attempt) => (
+            Category::Expired,
+            "the attempt expired; the provider has no object for it".to_owned(),
+        ),
         // Refused before the provider made anything (invalid request): both sides hold nothing.
         AttemptStatus::Failed => (Category::Matched, String::new()),
     }
@@ -209,7 +234,14 @@ fn without_object(attempt: &AttemptFacts, now: DateTime<Utc>, thresholds: &Thres
 
 fn unfinished(attempt: &AttemptFacts, stale: bool) -> (Category, String) {
     if stale {
-        (Category::StaleUnfinished, format!("{} since {}", attempt.status.as_str(), attempt.created_at.to_rfc3339()))
+        (
+            Category::StaleUnfinished,
+            format!(
+                "{} since {}",
+                attempt.status.as_str(),
+                attempt.created_at.to_rfc3339()
+            ),
+        )
     } else {
         (Category::InProgress, String::new())
     }
@@ -247,11 +279,15 @@ mod tests {
     use crate::report::model::LinkedBy;
 
     fn now() -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339("2026-12-02T12:00:00Z").unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339("2026-12-02T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
-    const THRESHOLDS: Thresholds =
-        Thresholds { pending_age_max: Duration::hours(1), requires_action_age_max: Duration::hours(25) };
+    const THRESHOLDS: Thresholds = Thresholds {
+        pending_age_max: Duration::hours(1),
+        requires_action_age_max: Duration::hours(25),
+    };
 
     fn attempt(status: AttemptStatus, age_minutes: i64) -> AttemptFacts {
         AttemptFacts {
@@ -283,62 +319,148 @@ mod tests {
 
     fn check(attempt: Option<AttemptFacts>, objects: Vec<ProviderObject>, expected: Category) {
         let objects_total = objects.len() as u32;
-        let row = JoinedRow { seq: 1, attempt, objects, objects_total };
+        let row = JoinedRow {
+            seq: 1,
+            attempt,
+            objects,
+            objects_total,
+        };
         let classified = classify(row.clone(), now(), &THRESHOLDS);
-        assert_eq!(classified.category, expected, "{row:?}: {}", classified.detail);
+        assert_eq!(
+            classified.category, expected,
+            "{row:?}: {}",
+            classified.detail
+        );
     }
 
     #[test]
     fn agreement_is_matched() {
-        check(Some(attempt(AttemptStatus::Succeeded, 5)), vec![object("pi_1", "succeeded")], Category::Matched);
-        check(Some(attempt(AttemptStatus::Failed, 5)), vec![object("pi_1", "requires_payment_method")], Category::Matched);
-        check(Some(attempt(AttemptStatus::Failed, 5)), vec![], Category::Matched);
+        check(
+            Some(attempt(AttemptStatus::Succeeded, 5)),
+            vec![object("pi_1", "succeeded")],
+            Category::Matched,
+        );
+        check(
+            Some(attempt(AttemptStatus::Failed, 5)),
+            vec![object("pi_1", "requires_payment_method")],
+            Category::Matched,
+        );
+        check(
+            Some(attempt(AttemptStatus::Failed, 5)),
+            vec![],
+            Category::Matched,
+        );
     }
 
     #[test]
     fn two_objects_for_one_attempt_is_a_double_charge_before_anything_else() {
         let mut other = object("pi_2", "succeeded");
         other.amount_minor = 5;
-        check(Some(attempt(AttemptStatus::Succeeded, 5)), vec![object("pi_1", "succeeded"), other], Category::DoubleCharge);
-        let row = JoinedRow { seq: 1, attempt: Some(attempt(AttemptStatus::Pending, 5)), objects: vec![object("pi_1", "canceled")], objects_total: 3 };
+        check(
+            Some(attempt(AttemptStatus::Succeeded, 5)),
+            vec![object("pi_1", "succeeded"), other],
+            Category::DoubleCharge,
+        );
+        let row = JoinedRow {
+            seq: 1,
+            attempt: Some(attempt(AttemptStatus::Pending, 5)),
+            objects: vec![object("pi_1", "canceled")],
+            objects_total: 3,
+        };
         let classified = classify(row, now(), &THRESHOLDS);
         assert_eq!(classified.category, Category::DoubleCharge);
-        assert!(classified.detail.contains("first 1 listed"), "{}", classified.detail);
+        assert!(
+            classified.detail.contains("first 1 listed"),
+            "{}",
+            classified.detail
+        );
     }
 
     #[test]
     fn amount_or_currency_differences_are_mismatches() {
         let mut more = object("pi_1", "succeeded");
         more.amount_minor = 1_500;
-        check(Some(attempt(AttemptStatus::Succeeded, 5)), vec![more], Category::AmountMismatch);
+        check(
+            Some(attempt(AttemptStatus::Succeeded, 5)),
+            vec![more],
+            Category::AmountMismatch,
+        );
         let mut euros = object("pi_1", "succeeded");
         euros.currency = "eur".into();
-        check(Some(attempt(AttemptStatus::Succeeded, 5)), vec![euros], Category::AmountMismatch);
+        check(
+            Some(attempt(AttemptStatus::Succeeded, 5)),
+            vec![euros],
+            Category::AmountMismatch,
+        );
     }
 
     #[test]
     fn disagreeing_statuses_are_mismatches_once_decided_or_stale() {
-        check(Some(attempt(AttemptStatus::Failed, 5)), vec![object("pi_1", "succeeded")], Category::StatusMismatch);
-        check(Some(attempt(AttemptStatus::Succeeded, 5)), vec![object("pi_1", "canceled")], Category::StatusMismatch);
-        check(Some(attempt(AttemptStatus::Succeeded, 5)), vec![object("pi_1", "requires_capture")], Category::StatusMismatch);
+        check(
+            Some(attempt(AttemptStatus::Failed, 5)),
+            vec![object("pi_1", "succeeded")],
+            Category::StatusMismatch,
+        );
+        check(
+            Some(attempt(AttemptStatus::Succeeded, 5)),
+            vec![object("pi_1", "canceled")],
+            Category::StatusMismatch,
+        );
+        check(
+            Some(attempt(AttemptStatus::Succeeded, 5)),
+            vec![object("pi_1", "requires_capture")],
+            Category::StatusMismatch,
+        );
         // Not recorded yet: in flight while young, a mismatch when old.
-        check(Some(attempt(AttemptStatus::Pending, 5)), vec![object("pi_1", "succeeded")], Category::InProgress);
-        check(Some(attempt(AttemptStatus::Pending, 61)), vec![object("pi_1", "succeeded")], Category::StatusMismatch);
+        check(
+            Some(attempt(AttemptStatus::Pending, 5)),
+            vec![object("pi_1", "succeeded")],
+            Category::InProgress,
+        );
+        check(
+            Some(attempt(AttemptStatus::Pending, 61)),
+            vec![object("pi_1", "succeeded")],
+            Category::StatusMismatch,
+        );
     }
 
     #[test]
     fn our_success_without_an_object_is_missing_and_an_object_without_attempt_is_an_orphan() {
-        check(Some(attempt(AttemptStatus::Succeeded, 5)), vec![], Category::MissingAtProvider);
+        check(
+            Some(attempt(AttemptStatus::Succeeded, 5)),
+            vec![],
+            Category::MissingAtProvider,
+        );
         check(None, vec![object("pi_9", "succeeded")], Category::Orphan);
     }
 
     #[test]
     fn unfinished_attempts_are_stale_past_their_threshold() {
-        check(Some(attempt(AttemptStatus::Pending, 59)), vec![], Category::InProgress);
-        check(Some(attempt(AttemptStatus::Pending, 61)), vec![], Category::StaleUnfinished);
-        check(Some(attempt(AttemptStatus::Pending, 61)), vec![object("pi_1", "processing")], Category::StaleUnfinished);
-        check(Some(attempt(AttemptStatus::RequiresAction, 24 * 60)), vec![object("pi_1", "requires_action")], Category::InProgress);
-        check(Some(attempt(AttemptStatus::RequiresAction, 26 * 60)), vec![], Category::StaleUnfinished);
+        check(
+            Some(attempt(AttemptStatus::Pending, 59)),
+            vec![],
+            Category::InProgress,
+        );
+        check(
+            Some(attempt(AttemptStatus::Pending, 61)),
+            vec![],
+            Category::StaleUnfinished,
+        );
+        check(
+            Some(attempt(AttemptStatus::Pending, 61)),
+            vec![object("pi_1", "processing")],
+            Category::StaleUnfinished,
+        );
+        check(
+            Some(attempt(AttemptStatus::RequiresAction, 24 * 60)),
+            vec![object("pi_1", "requires_action")],
+            Category::InProgress,
+        );
+        check(
+            Some(attempt(AttemptStatus::RequiresAction, 26 * 60)),
+            vec![],
+            Category::StaleUnfinished,
+        );
     }
 
     #[test]
@@ -346,9 +468,17 @@ mod tests {
         let mut expired = attempt(AttemptStatus::Failed, 2 * 24 * 60);
         expired.failure_code = Some("expired".into());
         check(Some(expired.clone()), vec![], Category::Expired);
-        check(Some(expired.clone()), vec![object("pi_1", "canceled")], Category::Expired);
+        check(
+            Some(expired.clone()),
+            vec![object("pi_1", "canceled")],
+            Category::Expired,
+        );
         // Money the provider holds outranks our belief that nothing happened.
-        check(Some(expired), vec![object("pi_1", "succeeded")], Category::StatusMismatch);
+        check(
+            Some(expired),
+            vec![object("pi_1", "succeeded")],
+            Category::StatusMismatch,
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ use super::{ReportPeriod, ReportSettings, Reporter};
 use crate::clock::SystemClock;
 use crate::config::Config;
 use crate::provider::{StripeProvider, StripeProviderConfig};
-use crate::store::{DatabaseLocation, PostgresStore};
 use crate::store::postgres::PostgresPoolOptions;
+use crate::store::{DatabaseLocation, PostgresStore};
 
 /// The CLI's pool: staging and row pages run one at a time.
 const CLI_CONNECTIONS_MAX: u32 = 2;
@@ -43,7 +43,11 @@ pub struct ReportArgs {
 
 pub async fn run(config_file: Option<&Path>, args: ReportArgs) -> ExitCode {
     match produce(config_file, &args).await {
-        Ok(clean) => ExitCode::from(if clean { EXIT_CLEAN } else { EXIT_DISCREPANCIES }),
+        Ok(clean) => ExitCode::from(if clean {
+            EXIT_CLEAN
+        } else {
+            EXIT_DISCREPANCIES
+        }),
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(EXIT_ERROR)
@@ -57,9 +61,17 @@ async fn produce(config_file: Option<&Path>, args: &ReportArgs) -> anyhow::Resul
     config.validate()?;
     let settings = ReportSettings::from_config(&config.report);
     let period = ReportPeriod::parse(&args.from, &args.to, settings.period_days_max)?;
-    let database_url = config.database.url.as_ref().context("database.url is not set (CHARGEGUARD_DATABASE__URL)")?;
+    let database_url = config
+        .database
+        .url
+        .as_ref()
+        .context("database.url is not set (CHARGEGUARD_DATABASE__URL)")?;
     let location = DatabaseLocation::from_config(&config.database)?;
-    anyhow::ensure!(location == DatabaseLocation::Postgres, "reports need PostgreSQL; {} is not", location.describe());
+    anyhow::ensure!(
+        location == DatabaseLocation::Postgres,
+        "reports need PostgreSQL; {} is not",
+        location.describe()
+    );
     let store = PostgresStore::connect_lazy(
         database_url.expose(),
         &PostgresPoolOptions {
@@ -69,19 +81,33 @@ async fn produce(config_file: Option<&Path>, args: &ReportArgs) -> anyhow::Resul
         },
     )?;
     let provider = StripeProvider::new(StripeProviderConfig {
-        api_key: config.provider.api_key.clone().context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
+        api_key: config
+            .provider
+            .api_key
+            .clone()
+            .context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
         base_url: config.provider.base_url.clone(),
         call_timeout: Duration::from_millis(config.provider.call_timeout_ms),
         lookup_pages_max: config.provider.lookup_pages_max,
         return_url: config.provider.return_url.clone(),
     })?;
-    let reporter = Reporter::new(Arc::new(store), Arc::new(provider), Arc::new(SystemClock), settings);
-    let report = reporter.prepare(reporter.new_run(), period).await.context("preparing the report")?;
+    let reporter = Reporter::new(
+        Arc::new(store),
+        Arc::new(provider),
+        Arc::new(SystemClock),
+        settings,
+    );
+    let report = reporter
+        .prepare(reporter.new_run(), period)
+        .await
+        .context("preparing the report")?;
     let written = match &args.output {
         Some(path) => write_to_file(&report, args.format, path).await,
         None => {
             let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
-            write_report(&report, args.format, &mut stdout).await.map_err(anyhow::Error::from)
+            write_report(&report, args.format, &mut stdout)
+                .await
+                .map_err(anyhow::Error::from)
         }
     };
     let clean = report.summary().is_clean();
@@ -91,11 +117,16 @@ async fn produce(config_file: Option<&Path>, args: &ReportArgs) -> anyhow::Resul
     Ok(clean)
 }
 
-async fn write_to_file(report: &super::PreparedReport, format: Format, path: &Path) -> anyhow::Result<()> {
+async fn write_to_file(
+    report: &super::PreparedReport,
+    format: Format,
+    path: &Path,
+) -> anyhow::Result<()> {
     let mut partial = path.as_os_str().to_owned();
     partial.push(format!(".partial-{}", std::process::id()));
     let partial = PathBuf::from(partial);
-    let file = std::fs::File::create(&partial).with_context(|| format!("creating {}", partial.display()))?;
+    let file = std::fs::File::create(&partial)
+        .with_context(|| format!("creating {}", partial.display()))?;
     let mut writer = std::io::BufWriter::new(file);
     let written = match write_report(report, format, &mut writer).await {
         Ok(()) => writer.flush().map_err(anyhow::Error::from),
@@ -103,7 +134,8 @@ async fn write_to_file(report: &super::PreparedReport, format: Format, path: &Pa
     };
     drop(writer);
     match written {
-        Ok(()) => std::fs::rename(&partial, path).with_context(|| format!("renaming to {}", path.display())),
+        Ok(()) => std::fs::rename(&partial, path)
+            .with_context(|| format!("renaming to {}", path.display())),
         Err(error) => {
             let _ = std::fs::remove_file(&partial);
             Err(error)

@@ -40,9 +40,17 @@ pub enum ReportError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("listing the provider's {listing}: {error}")]
-    Provider { listing: &'static str, error: ProviderError },
-    #[error("listing the provider's {listing} took more than {pages_max} calls (report.provider_pages_max)")]
-    TooManyPages { listing: &'static str, pages_max: u32 },
+    Provider {
+        listing: &'static str,
+        error: ProviderError,
+    },
+    #[error(
+        "listing the provider's {listing} took more than {pages_max} calls (report.provider_pages_max)"
+    )]
+    TooManyPages {
+        listing: &'static str,
+        pages_max: u32,
+    },
 }
 
 /// Bounds of a report run, from `[report]` in the configuration.
@@ -65,7 +73,9 @@ pub struct ReportSettings {
 
 impl ReportSettings {
     pub fn from_config(config: &ReportConfig) -> Self {
-        let minutes = |value: u64| chrono::Duration::minutes(i64::try_from(value).unwrap_or(i64::MAX / 60_000));
+        let minutes = |value: u64| {
+            chrono::Duration::minutes(i64::try_from(value).unwrap_or(i64::MAX / 60_000))
+        };
         Self {
             thresholds: Thresholds {
                 pending_age_max: minutes(config.pending_age_max_minutes),
@@ -103,7 +113,12 @@ impl Reporter {
         clock: Arc<dyn Clock>,
         settings: ReportSettings,
     ) -> Self {
-        Self { store, provider, clock, settings: Arc::new(settings) }
+        Self {
+            store,
+            provider,
+            clock,
+            settings: Arc::new(settings),
+        }
     }
 
     pub fn settings(&self) -> &ReportSettings {
@@ -118,12 +133,21 @@ impl Reporter {
 
     /// Lists the provider, joins, and sums the summary. The rows are then read from the
     /// returned report, which deletes the staging when finished (or dropped).
-    pub async fn prepare(&self, run: RunId, period: ReportPeriod) -> Result<PreparedReport, ReportError> {
+    pub async fn prepare(
+        &self,
+        run: RunId,
+        period: ReportPeriod,
+    ) -> Result<PreparedReport, ReportError> {
         let started = Instant::now();
         let generated_at = self.clock.now();
         let settings = &self.settings;
         self.store
-            .begin_run(run, generated_at, generated_at - settings.abandoned_run_after, settings.statement_timeout)
+            .begin_run(
+                run,
+                generated_at,
+                generated_at - settings.abandoned_run_after,
+                settings.statement_timeout,
+            )
             .await?;
         let prepared = self.stage_and_sum(run, period, generated_at).await;
         match prepared {
@@ -136,10 +160,16 @@ impl Reporter {
                     elapsed_ms = started.elapsed().as_millis() as u64,
                     "report prepared"
                 );
-                Ok(PreparedReport { reporter: self.clone(), run, summary, finished: false })
+                Ok(PreparedReport {
+                    reporter: self.clone(),
+                    run,
+                    summary,
+                    finished: false,
+                })
             }
             Err(error) => {
-                metrics::counter!("chargeguard_report_runs_total", "outcome" => "error").increment(1);
+                metrics::counter!("chargeguard_report_runs_total", "outcome" => "error")
+                    .increment(1);
                 self.abandon(run).await;
                 Err(error)
             }
@@ -149,7 +179,11 @@ impl Reporter {
     /// Deletes a run's staging, logging rather than failing: an abandoned run is also deleted
     /// by the next run once it is `report.abandoned_run_minutes` old.
     pub async fn abandon(&self, run: RunId) {
-        if let Err(error) = self.store.end_run(run, self.settings.statement_timeout).await {
+        if let Err(error) = self
+            .store
+            .end_run(run, self.settings.statement_timeout)
+            .await
+        {
             tracing::warn!(%run, %error, "could not delete a report run's staging");
         }
     }
@@ -161,12 +195,24 @@ impl Reporter {
         generated_at: DateTime<Utc>,
     ) -> Result<Summary, ReportError> {
         let settings = &self.settings;
-        let payments_range = (period.from() - settings.provider_lookbehind, period.to() + settings.provider_lookahead);
+        let payments_range = (
+            period.from() - settings.provider_lookbehind,
+            period.to() + settings.provider_lookahead,
+        );
         // Refunds of the period's payments may come any time later: list them up to now.
         let refunds_range = (payments_range.0, payments_range.1.max(generated_at));
-        let payments = pull::pull_payments(&self.provider, &self.store, run, payments_range, settings).await?;
-        let refunds = pull::pull_refunds(&self.provider, &self.store, run, refunds_range, settings).await?;
-        self.store.build_rows(run, &period, settings.objects_listed_per_row_max, settings.statement_timeout).await?;
+        let payments =
+            pull::pull_payments(&self.provider, &self.store, run, payments_range, settings).await?;
+        let refunds =
+            pull::pull_refunds(&self.provider, &self.store, run, refunds_range, settings).await?;
+        self.store
+            .build_rows(
+                run,
+                &period,
+                settings.objects_listed_per_row_max,
+                settings.statement_timeout,
+            )
+            .await?;
         let mut builder = SummaryBuilder::default();
         let mut pages = RowPages::new(self, run, generated_at);
         while let Some(page) = pages.next_page().await? {
@@ -211,10 +257,15 @@ impl PreparedReport {
     /// Deletes the staging and counts the run.
     pub async fn finish(mut self) {
         self.finished = true;
-        let outcome = if self.summary.is_clean() { "clean" } else { "discrepancies" };
+        let outcome = if self.summary.is_clean() {
+            "clean"
+        } else {
+            "discrepancies"
+        };
         metrics::counter!("chargeguard_report_runs_total", "outcome" => outcome).increment(1);
         for (category, count) in &self.summary.categories {
-            metrics::counter!("chargeguard_report_rows_total", "category" => category.as_str()).increment(*count);
+            metrics::counter!("chargeguard_report_rows_total", "category" => category.as_str())
+                .increment(*count);
         }
         let double_charges = self.summary.count(Category::DoubleCharge);
         if double_charges > 0 {
@@ -249,7 +300,13 @@ pub struct RowPages<'a> {
 
 impl<'a> RowPages<'a> {
     fn new(reporter: &'a Reporter, run: RunId, generated_at: DateTime<Utc>) -> Self {
-        Self { reporter, run, generated_at, after_seq: 0, done: false }
+        Self {
+            reporter,
+            run,
+            generated_at,
+            after_seq: 0,
+            done: false,
+        }
     }
 
     /// The next page of classified rows, or `None` after the last.
@@ -258,7 +315,11 @@ impl<'a> RowPages<'a> {
             return Ok(None);
         }
         let settings = &self.reporter.settings;
-        let page = self.reporter.store.rows_page(self.run, self.after_seq, settings.rows_page_size).await?;
+        let page = self
+            .reporter
+            .store
+            .rows_page(self.run, self.after_seq, settings.rows_page_size)
+            .await?;
         if page.len() < settings.rows_page_size as usize {
             self.done = true;
         }
@@ -266,7 +327,10 @@ impl<'a> RowPages<'a> {
             return Ok(None);
         };
         self.after_seq = last.seq;
-        let rows = page.into_iter().map(|row| classify(row, self.generated_at, &settings.thresholds)).collect();
+        let rows = page
+            .into_iter()
+            .map(|row| classify(row, self.generated_at, &settings.thresholds))
+            .collect();
         Ok(Some(rows))
     }
 }

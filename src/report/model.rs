@@ -62,7 +62,11 @@ pub struct ProviderObject {
 impl ProviderObject {
     /// Money the provider holds for this object before refunds.
     pub fn succeeded_minor(&self) -> i64 {
-        if self.status == "succeeded" { self.amount_received_minor } else { 0 }
+        if self.status == "succeeded" {
+            self.amount_received_minor
+        } else {
+            0
+        }
     }
 }
 
@@ -96,7 +100,11 @@ impl ReportRow {
     /// objects disagree.
     pub fn provider_currency(&self) -> Option<&str> {
         let first = self.objects.first()?;
-        if self.objects.iter().all(|object| object.currency == first.currency) {
+        if self
+            .objects
+            .iter()
+            .all(|object| object.currency == first.currency)
+        {
             Some(first.currency.as_str())
         } else {
             Some("mixed")
@@ -108,13 +116,18 @@ impl ReportRow {
     }
 
     pub fn provider_refunded_minor(&self) -> i64 {
-        self.objects.iter().map(|object| object.refunded_minor).sum()
+        self.objects
+            .iter()
+            .map(|object| object.refunded_minor)
+            .sum()
     }
 }
 
 /// `amount_minor` in major units when the currency is one we know ("10.50"), else empty.
 pub fn major_units(currency: &str, amount_minor: i64) -> String {
-    Currency::parse(currency).map(|currency| currency.format_major(amount_minor)).unwrap_or_default()
+    Currency::parse(currency)
+        .map(|currency| currency.format_major(amount_minor))
+        .unwrap_or_default()
 }
 
 /// "10.50 usd", or "1050 (minor units) xyz" for a currency we do not know.

@@ -11,7 +11,9 @@ pub struct ReportPeriod {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PeriodError {
-    #[error("{field}: {value:?} is neither a date (2026-12-01) nor an RFC 3339 instant (2026-12-01T00:00:00Z)")]
+    #[error(
+        "{field}: {value:?} is neither a date (2026-12-01) nor an RFC 3339 instant (2026-12-01T00:00:00Z)"
+    )]
     Unreadable { field: &'static str, value: String },
     #[error("the period is empty: --from must be before --to")]
     Empty,
@@ -40,7 +42,11 @@ impl ReportPeriod {
     /// Dates are whole UTC days, both included: `--from 2026-12-01 --to 2026-12-01` is one day.
     /// RFC 3339 instants are taken as they are, `to` excluded.
     pub fn parse(from: &str, to: &str, days_max: u32) -> Result<Self, PeriodError> {
-        Self::new(parse_end("from", from, End::From)?, parse_end("to", to, End::To)?, days_max)
+        Self::new(
+            parse_end("from", from, End::From)?,
+            parse_end("to", to, End::To)?,
+            days_max,
+        )
     }
 
     pub fn from(&self) -> DateTime<Utc> {
@@ -62,7 +68,10 @@ fn parse_end(field: &'static str, value: &str, end: End) -> Result<DateTime<Utc>
     if let Ok(instant) = DateTime::parse_from_rfc3339(value) {
         return Ok(instant.with_timezone(&Utc));
     }
-    let unreadable = || PeriodError::Unreadable { field, value: value.to_owned() };
+    let unreadable = || PeriodError::Unreadable {
+        field,
+        value: value.to_owned(),
+    };
     let date = NaiveDate::parse_from_str(value, "%Y-%m-%d").map_err(|_| unreadable())?;
     let date = match end {
         End::From => date,
@@ -76,7 +85,9 @@ mod tests {
     use super::*;
 
     fn at(value: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(value).unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339(value)
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
     #[test]
@@ -90,15 +101,25 @@ mod tests {
 
     #[test]
     fn instants_are_taken_as_given_with_to_excluded() {
-        let period = ReportPeriod::parse("2026-12-01T10:00:00+01:00", "2026-12-01T12:00:00Z", 1).unwrap();
+        let period =
+            ReportPeriod::parse("2026-12-01T10:00:00+01:00", "2026-12-01T12:00:00Z", 1).unwrap();
         assert_eq!(period.from(), at("2026-12-01T09:00:00Z"));
         assert!(!period.contains(at("2026-12-01T12:00:00Z")));
     }
 
     #[test]
     fn rejects_empty_long_and_unreadable_periods() {
-        assert_eq!(ReportPeriod::parse("2026-12-02", "2026-12-01", 31), Err(PeriodError::Empty));
-        assert_eq!(ReportPeriod::parse("2026-01-01", "2026-12-31", 31), Err(PeriodError::TooLong { days_max: 31 }));
-        assert!(matches!(ReportPeriod::parse("yesterday", "2026-12-01", 31), Err(PeriodError::Unreadable { field: "from", .. })));
+        assert_eq!(
+            ReportPeriod::parse("2026-12-02", "2026-12-01", 31),
+            Err(PeriodError::Empty)
+        );
+        assert_eq!(
+            ReportPeriod::parse("2026-01-01", "2026-12-31", 31),
+            Err(PeriodError::TooLong { days_max: 31 })
+        );
+        assert!(matches!(
+            ReportPeriod::parse("yesterday", "2026-12-01", 31),
+            Err(PeriodError::Unreadable { field: "from", .. })
+        ));
     }
 }

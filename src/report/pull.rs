@@ -44,7 +44,9 @@ pub(super) async fn pull_payments(
     settings: &ReportSettings,
 ) -> Result<Listed, ReportError> {
     let list = |window, cursor: Option<String>| async move {
-        let page = provider.list_payments(window, cursor.as_deref(), settings.provider_page_size).await?;
+        let page = provider
+            .list_payments(window, cursor.as_deref(), settings.provider_page_size)
+            .await?;
         Ok((page.payments, page.next_cursor))
     };
     let stage = |payments: Vec<PaymentSnapshot>| async move {
@@ -72,10 +74,13 @@ pub(super) async fn pull_refunds(
     settings: &ReportSettings,
 ) -> Result<Listed, ReportError> {
     let list = |window, cursor: Option<String>| async move {
-        let page = provider.list_refunds(window, cursor.as_deref(), settings.provider_page_size).await?;
+        let page = provider
+            .list_refunds(window, cursor.as_deref(), settings.provider_page_size)
+            .await?;
         Ok((page.refunds, page.next_cursor))
     };
-    let stage = |refunds: Vec<RefundSnapshot>| async move { store.stage_refunds(run, &refunds).await };
+    let stage =
+        |refunds: Vec<RefundSnapshot>| async move { store.stage_refunds(run, &refunds).await };
     pull(range, settings, Listing::Refunds, list, stage).await
 }
 
@@ -97,8 +102,10 @@ where
     for window in windows(range, settings.provider_window) {
         let mut cursor: Option<String> = None;
         loop {
-            let (objects, next_cursor) =
-                with_retries(settings, listing, &mut listed, || list(window, cursor.clone())).await?;
+            let (objects, next_cursor) = with_retries(settings, listing, &mut listed, || {
+                list(window, cursor.clone())
+            })
+            .await?;
             listed.objects += objects.len() as u64;
             if !objects.is_empty() {
                 stage(objects).await?;
@@ -127,7 +134,10 @@ where
     let mut tries = 0;
     loop {
         if listed.calls >= u64::from(settings.provider_pages_max) {
-            return Err(ReportError::TooManyPages { listing: listing.as_str(), pages_max: settings.provider_pages_max });
+            return Err(ReportError::TooManyPages {
+                listing: listing.as_str(),
+                pages_max: settings.provider_pages_max,
+            });
         }
         listed.calls += 1;
         tries += 1;
@@ -140,21 +150,32 @@ where
                 tokio::time::sleep(backoff).await;
                 backoff = backoff.saturating_mul(2);
             }
-            Err(error) => return Err(ReportError::Provider { listing: listing.as_str(), error }),
+            Err(error) => {
+                return Err(ReportError::Provider {
+                    listing: listing.as_str(),
+                    error,
+                });
+            }
         }
     }
 }
 
 /// `[from, to]` cut into consecutive windows of `length`, in whole seconds (the provider's
 /// resolution) and inclusive at both ends as its `created` filter is.
-fn windows(range: (DateTime<Utc>, DateTime<Utc>), length: Duration) -> impl Iterator<Item = CreatedRange> {
+fn windows(
+    range: (DateTime<Utc>, DateTime<Utc>),
+    length: Duration,
+) -> impl Iterator<Item = CreatedRange> {
     let second = Duration::seconds(1);
     let from = range.0.duration_trunc(second).unwrap_or(range.0);
     let to = range.1;
     let length = length.max(second);
     std::iter::successors(Some(from), move |start| Some(*start + length))
         .take_while(move |start| *start <= to)
-        .map(move |start| CreatedRange { from: start, to: (start + length - second).min(to) })
+        .map(move |start| CreatedRange {
+            from: start,
+            to: (start + length - second).min(to),
+        })
 }
 
 #[cfg(test)]
@@ -162,13 +183,18 @@ mod tests {
     use super::*;
 
     fn at(value: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(value).unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339(value)
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
     #[test]
     fn windows_cover_the_range_without_overlap() {
-        let cut: Vec<CreatedRange> =
-            windows((at("2026-12-01T00:00:00.5Z"), at("2026-12-01T02:30:00Z")), Duration::hours(1)).collect();
+        let cut: Vec<CreatedRange> = windows(
+            (at("2026-12-01T00:00:00.5Z"), at("2026-12-01T02:30:00Z")),
+            Duration::hours(1),
+        )
+        .collect();
         assert_eq!(cut.len(), 3);
         assert_eq!(cut[0].from, at("2026-12-01T00:00:00Z"));
         assert_eq!(cut[0].to, at("2026-12-01T00:59:59Z"));

@@ -64,7 +64,10 @@ impl Summary {
     }
 
     pub fn count(&self, category: Category) -> u64 {
-        self.categories.iter().find(|(c, _)| *c == category).map_or(0, |(_, count)| *count)
+        self.categories
+            .iter()
+            .find(|(c, _)| *c == category)
+            .map_or(0, |(_, count)| *count)
     }
 
     /// A few lines for a terminal or a cron mail.
@@ -76,7 +79,11 @@ impl Summary {
             self.generated_at.to_rfc3339(),
             self.rows,
             self.discrepancies,
-            if self.is_clean() { "clean" } else { "NOT CLEAN" },
+            if self.is_clean() {
+                "clean"
+            } else {
+                "NOT CLEAN"
+            },
         );
         for (category, count) in &self.categories {
             if *count > 0 {
@@ -130,8 +137,11 @@ impl SummaryBuilder {
             .map(|category| (category, self.counts.get(&category).copied().unwrap_or(0)))
             .collect();
         let rows = categories.iter().map(|(_, count)| count).sum();
-        let discrepancies =
-            categories.iter().filter(|(category, _)| category.is_discrepancy()).map(|(_, count)| count).sum();
+        let discrepancies = categories
+            .iter()
+            .filter(|(category, _)| category.is_discrepancy())
+            .map(|(_, count)| count)
+            .sum();
         Summary {
             period,
             generated_at,

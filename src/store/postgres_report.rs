@@ -28,11 +28,17 @@ impl PostgresStore {
     ) -> Result<u64, StoreError> {
         let mut transaction = self.pool().begin().await.map_err(unavailable)?;
         // SET LOCAL takes no bind parameters; the value is a number we format ourselves.
-        sqlx::query(&format!("SET LOCAL statement_timeout = {}", timeout.as_millis()))
+        sqlx::query(&format!(
+            "SET LOCAL statement_timeout = {}",
+            timeout.as_millis()
+        ))
+        .execute(&mut *transaction)
+        .await
+        .map_err(unavailable)?;
+        let done = statement
             .execute(&mut *transaction)
             .await
             .map_err(unavailable)?;
-        let done = statement.execute(&mut *transaction).await.map_err(unavailable)?;
         transaction.commit().await.map_err(unavailable)?;
         Ok(done.rows_affected())
     }
@@ -47,10 +53,14 @@ impl ReportStore for PostgresStore {
         abandoned_before: DateTime<Utc>,
         timeout: Duration,
     ) -> Result<(), StoreError> {
-        let abandoned = sqlx::query("DELETE FROM report_runs WHERE started_at < $1").bind(abandoned_before);
+        let abandoned =
+            sqlx::query("DELETE FROM report_runs WHERE started_at < $1").bind(abandoned_before);
         let deleted = self.execute_with_timeout(abandoned, timeout).await?;
         if deleted > 0 {
-            tracing::warn!(runs = deleted, "deleted the staging of abandoned report runs");
+            tracing::warn!(
+                runs = deleted,
+                "deleted the staging of abandoned report runs"
+            );
         }
         sqlx::query("INSERT INTO report_runs (run_id, started_at) VALUES ($1, $2)")
             .bind(run.as_uuid())
@@ -61,16 +71,32 @@ impl ReportStore for PostgresStore {
         Ok(())
     }
 
-    async fn stage_payments(&self, run: RunId, payments: &[StagedPayment<'_>]) -> Result<(), StoreError> {
-        let column = |get: fn(&StagedPayment<'_>) -> String| payments.iter().map(get).collect::<Vec<_>>();
+    async fn stage_payments(
+        &self,
+        run: RunId,
+        payments: &[StagedPayment<'_>],
+    ) -> Result<(), StoreError> {
+        let column =
+            |get: fn(&StagedPayment<'_>) -> String| payments.iter().map(get).collect::<Vec<_>>();
         let ids = column(|staged| staged.payment.id.clone());
         let statuses = column(|staged| staged.payment.status.as_str().to_owned());
         let currencies = column(|staged| staged.payment.currency.clone());
-        let claimed: Vec<Option<Uuid>> =
-            payments.iter().map(|staged| staged.claimed_attempt.map(AttemptId::as_uuid)).collect();
-        let amounts: Vec<i64> = payments.iter().map(|staged| staged.payment.amount_minor).collect();
-        let received: Vec<i64> = payments.iter().map(|staged| staged.payment.amount_received_minor).collect();
-        let created: Vec<DateTime<Utc>> = payments.iter().map(|staged| staged.payment.created).collect();
+        let claimed: Vec<Option<Uuid>> = payments
+            .iter()
+            .map(|staged| staged.claimed_attempt.map(AttemptId::as_uuid))
+            .collect();
+        let amounts: Vec<i64> = payments
+            .iter()
+            .map(|staged| staged.payment.amount_minor)
+            .collect();
+        let received: Vec<i64> = payments
+            .iter()
+            .map(|staged| staged.payment.amount_received_minor)
+            .collect();
+        let created: Vec<DateTime<Utc>> = payments
+            .iter()
+            .map(|staged| staged.payment.created)
+            .collect();
         // The metadata's claim wins when that attempt exists; else the attempt that recorded
         // the object's id (the metadata may name an attempt of another database).
         sqlx::query(
@@ -107,12 +133,25 @@ impl ReportStore for PostgresStore {
         Ok(())
     }
 
-    async fn stage_refunds(&self, run: RunId, refunds: &[RefundSnapshot]) -> Result<(), StoreError> {
+    async fn stage_refunds(
+        &self,
+        run: RunId,
+        refunds: &[RefundSnapshot],
+    ) -> Result<(), StoreError> {
         let ids: Vec<&str> = refunds.iter().map(|refund| refund.id.as_str()).collect();
-        let payments: Vec<Option<&str>> = refunds.iter().map(|refund| refund.payment_id.as_deref()).collect();
-        let statuses: Vec<&str> = refunds.iter().map(|refund| refund.status.as_str()).collect();
+        let payments: Vec<Option<&str>> = refunds
+            .iter()
+            .map(|refund| refund.payment_id.as_deref())
+            .collect();
+        let statuses: Vec<&str> = refunds
+            .iter()
+            .map(|refund| refund.status.as_str())
+            .collect();
         let amounts: Vec<i64> = refunds.iter().map(|refund| refund.amount_minor).collect();
-        let currencies: Vec<&str> = refunds.iter().map(|refund| refund.currency.as_str()).collect();
+        let currencies: Vec<&str> = refunds
+            .iter()
+            .map(|refund| refund.currency.as_str())
+            .collect();
         let created: Vec<DateTime<Utc>> = refunds.iter().map(|refund| refund.created).collect();
         sqlx::query(
             "INSERT INTO report_provider_refunds (
@@ -205,7 +244,12 @@ impl ReportStore for PostgresStore {
         self.execute_with_timeout(statement, timeout).await
     }
 
-    async fn rows_page(&self, run: RunId, after_seq: i64, limit: u32) -> Result<Vec<JoinedRow>, StoreError> {
+    async fn rows_page(
+        &self,
+        run: RunId,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<JoinedRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT * FROM report_rows WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         )
@@ -219,8 +263,11 @@ impl ReportStore for PostgresStore {
     }
 
     async fn end_run(&self, run: RunId, timeout: Duration) -> Result<(), StoreError> {
-        let statement = sqlx::query("DELETE FROM report_runs WHERE run_id = $1").bind(run.as_uuid());
-        self.execute_with_timeout(statement, timeout).await.map(drop)
+        let statement =
+            sqlx::query("DELETE FROM report_runs WHERE run_id = $1").bind(run.as_uuid());
+        self.execute_with_timeout(statement, timeout)
+            .await
+            .map(drop)
     }
 }
 
@@ -228,19 +275,29 @@ fn joined_row(row: &PgRow) -> Result<JoinedRow, StoreError> {
     let seq: i64 = row.try_get("seq").map_err(unavailable)?;
     let corrupt = |what: String| StoreError::Corrupt(format!("report row {seq}: {what}"));
     let objects: serde_json::Value = row.try_get("objects").map_err(|e| corrupt(e.to_string()))?;
-    let objects: Vec<ProviderObject> = serde_json::from_value(objects).map_err(|e| corrupt(e.to_string()))?;
-    let objects_total: i32 = row.try_get("objects_total").map_err(|e| corrupt(e.to_string()))?;
-    let attempt_id: Option<Uuid> = row.try_get("attempt_id").map_err(|e| corrupt(e.to_string()))?;
+    let objects: Vec<ProviderObject> =
+        serde_json::from_value(objects).map_err(|e| corrupt(e.to_string()))?;
+    let objects_total: i32 = row
+        .try_get("objects_total")
+        .map_err(|e| corrupt(e.to_string()))?;
+    let attempt_id: Option<Uuid> = row
+        .try_get("attempt_id")
+        .map_err(|e| corrupt(e.to_string()))?;
     let attempt = attempt_id
         .map(|id| -> Result<AttemptFacts, StoreError> {
-            let get = |column: &str| row.try_get::<Option<String>, _>(column).map_err(|e| corrupt(e.to_string()));
-            let required = |column: &str| get(column)?.ok_or_else(|| corrupt(format!("{column} is null")));
+            let get = |column: &str| {
+                row.try_get::<Option<String>, _>(column)
+                    .map_err(|e| corrupt(e.to_string()))
+            };
+            let required =
+                |column: &str| get(column)?.ok_or_else(|| corrupt(format!("{column} is null")));
             let status = required("attempt_status")?;
             Ok(AttemptFacts {
                 id: AttemptId::from_uuid(id),
                 consumer: required("consumer")?,
                 operation_key: required("operation_key")?,
-                status: AttemptStatus::parse(&status).ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,
+                status: AttemptStatus::parse(&status)
+                    .ok_or_else(|| corrupt(format!("unknown status {status:?}")))?,
                 amount_minor: row
                     .try_get::<Option<i64>, _>("amount_minor")
                     .map_err(|e| corrupt(e.to_string()))?

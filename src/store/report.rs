@@ -54,9 +54,14 @@ pub trait ReportStore: Send + Sync + 'static {
     /// Stages one page of provider payments, each tied to its attempt: the one its metadata
     /// names if it exists, else the one that recorded its id. Staging a payment twice keeps
     /// the first.
-    async fn stage_payments(&self, run: RunId, payments: &[StagedPayment<'_>]) -> Result<(), StoreError>;
+    async fn stage_payments(
+        &self,
+        run: RunId,
+        payments: &[StagedPayment<'_>],
+    ) -> Result<(), StoreError>;
 
-    async fn stage_refunds(&self, run: RunId, refunds: &[RefundSnapshot]) -> Result<(), StoreError>;
+    async fn stage_refunds(&self, run: RunId, refunds: &[RefundSnapshot])
+    -> Result<(), StoreError>;
 
     /// Joins the staged objects with the charge attempts created in `period` into the run's
     /// rows: one per attempt, one per unclaimed object created in `period`, ordered by
@@ -70,7 +75,12 @@ pub trait ReportStore: Send + Sync + 'static {
     ) -> Result<u64, StoreError>;
 
     /// Up to `limit` rows after position `after_seq` (0 for the first page), in order.
-    async fn rows_page(&self, run: RunId, after_seq: i64, limit: u32) -> Result<Vec<JoinedRow>, StoreError>;
+    async fn rows_page(
+        &self,
+        run: RunId,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<JoinedRow>, StoreError>;
 
     /// Deletes the run's staging.
     async fn end_run(&self, run: RunId, timeout: Duration) -> Result<(), StoreError>;

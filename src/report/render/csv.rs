@@ -55,18 +55,51 @@ pub fn write_row(out: &mut dyn Write, row: &ReportRow) -> io::Result<()> {
         text(attempt.map(|a| a.operation_key.as_str())),
         text(attempt.map(|a| a.status.as_str())),
         text(attempt.map(|a| a.currency.as_str())),
-        attempt.map(|a| a.amount_minor.to_string()).unwrap_or_default(),
-        attempt.map(|a| major_units(&a.currency, a.amount_minor)).unwrap_or_default(),
-        attempt.map(|a| a.created_at.to_rfc3339()).unwrap_or_default(),
+        attempt
+            .map(|a| a.amount_minor.to_string())
+            .unwrap_or_default(),
+        attempt
+            .map(|a| major_units(&a.currency, a.amount_minor))
+            .unwrap_or_default(),
+        attempt
+            .map(|a| a.created_at.to_rfc3339())
+            .unwrap_or_default(),
         row.objects_total.to_string(),
-        row.objects.iter().map(|o| o.id.as_str()).collect::<Vec<_>>().join(" "),
-        row.objects.iter().map(|o| o.status.as_str()).collect::<Vec<_>>().join(" "),
+        row.objects
+            .iter()
+            .map(|o| o.id.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        row.objects
+            .iter()
+            .map(|o| o.status.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
         provider_currency.clone().unwrap_or_default(),
-        if has_objects { row.provider_amount_minor().to_string() } else { String::new() },
-        if has_objects { provider_major(row.provider_amount_minor()) } else { String::new() },
-        if has_objects { row.provider_refunded_minor().to_string() } else { String::new() },
-        if has_objects { provider_major(row.provider_refunded_minor()) } else { String::new() },
-        row.objects.first().map(|o| o.created_at.to_rfc3339()).unwrap_or_default(),
+        if has_objects {
+            row.provider_amount_minor().to_string()
+        } else {
+            String::new()
+        },
+        if has_objects {
+            provider_major(row.provider_amount_minor())
+        } else {
+            String::new()
+        },
+        if has_objects {
+            row.provider_refunded_minor().to_string()
+        } else {
+            String::new()
+        },
+        if has_objects {
+            provider_major(row.provider_refunded_minor())
+        } else {
+            String::new()
+        },
+        row.objects
+            .first()
+            .map(|o| o.created_at.to_rfc3339())
+            .unwrap_or_default(),
         text(attempt.and_then(|a| a.review_reason.as_deref())),
     ];
     write_record(out, fields.into_iter())

@@ -15,25 +15,53 @@ tr.discrepancy{background:#fee}tr.double_charge{background:#fbb;font-weight:bold
 td.zero{color:#999}details{margin-top:2em}summary{cursor:pointer;font-size:1.2em}";
 
 const ROW_HEADER: [&str; 11] = [
-    "#", "category", "detail", "attempt", "operation", "ours", "our status", "provider objects",
-    "provider status", "provider", "refunded",
+    "#",
+    "category",
+    "detail",
+    "attempt",
+    "operation",
+    "ours",
+    "our status",
+    "provider objects",
+    "provider status",
+    "provider",
+    "refunded",
 ];
 
 pub fn write_start(out: &mut dyn Write, summary: &Summary) -> io::Result<()> {
-    let period = format!("{} to {}", summary.period.from().to_rfc3339(), summary.period.to().to_rfc3339());
+    let period = format!(
+        "{} to {}",
+        summary.period.from().to_rfc3339(),
+        summary.period.to().to_rfc3339()
+    );
     write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>chargeguard reconciliation {}</title><style>{STYLE}</style></head><body>\n",
         escape(&period)
     )?;
-    write!(out, "<h1>Reconciliation report</h1>\n<p>Period {} (end excluded). Generated {}.</p>\n", escape(&period), escape(&summary.generated_at.to_rfc3339()))?;
+    write!(
+        out,
+        "<h1>Reconciliation report</h1>\n<p>Period {} (end excluded). Generated {}.</p>\n",
+        escape(&period),
+        escape(&summary.generated_at.to_rfc3339())
+    )?;
     let (class, verdict) = if summary.is_clean() {
         ("clean", "Clean: no discrepancies".to_owned())
     } else {
-        ("unclean", format!("{} discrepancies in {} rows", summary.discrepancies, summary.rows))
+        (
+            "unclean",
+            format!(
+                "{} discrepancies in {} rows",
+                summary.discrepancies, summary.rows
+            ),
+        )
     };
-    write!(out, "<p class=\"verdict {class}\">{}</p>\n<h2>Summary</h2>\n", escape(&verdict))?;
+    write!(
+        out,
+        "<p class=\"verdict {class}\">{}</p>\n<h2>Summary</h2>\n",
+        escape(&verdict)
+    )?;
     out.write_all(b"<table><tr><th>category</th><th>meaning</th><th>rows</th></tr>\n")?;
     for (category, count) in &summary.categories {
         let class = match (category.is_discrepancy(), *count) {
@@ -50,7 +78,12 @@ pub fn write_start(out: &mut dyn Write, summary: &Summary) -> io::Result<()> {
     }
     out.write_all(b"</table>\n<table><tr><th>currency</th><th>ours succeeded</th><th>provider succeeded</th><th>ours refunded</th><th>provider refunded</th></tr>\n")?;
     for (currency, totals) in &summary.currencies {
-        let cell = |amount: i64| format!("<td class=\"num\">{}</td>", escape(&major_units(currency, amount)));
+        let cell = |amount: i64| {
+            format!(
+                "<td class=\"num\">{}</td>",
+                escape(&major_units(currency, amount))
+            )
+        };
         write!(
             out,
             "<tr><td>{}</td>{}{}{}{}</tr>\n",
@@ -83,7 +116,12 @@ pub fn write_start(out: &mut dyn Write, summary: &Summary) -> io::Result<()> {
 }
 
 pub fn write_table_start(out: &mut dyn Write, id: &str, title: &str, count: u64) -> io::Result<()> {
-    write!(out, "<h2 id=\"{}\">{} ({count})</h2>\n<table>", escape(id), escape(title))?;
+    write!(
+        out,
+        "<h2 id=\"{}\">{} ({count})</h2>\n<table>",
+        escape(id),
+        escape(title)
+    )?;
     write_row_header(out)
 }
 
@@ -92,7 +130,10 @@ pub fn write_table_end(out: &mut dyn Write) -> io::Result<()> {
 }
 
 pub fn write_all_rows_start(out: &mut dyn Write, count: u64) -> io::Result<()> {
-    write!(out, "<details><summary>All rows ({count})</summary>\n<table>")?;
+    write!(
+        out,
+        "<details><summary>All rows ({count})</summary>\n<table>"
+    )?;
     write_row_header(out)
 }
 
@@ -105,26 +146,46 @@ fn write_row_header(out: &mut dyn Write) -> io::Result<()> {
 }
 
 pub fn write_row(out: &mut dyn Write, row: &ReportRow) -> io::Result<()> {
-    let class = if row.category.is_discrepancy() { format!("discrepancy {}", row.category.as_str()) } else { String::new() };
+    let class = if row.category.is_discrepancy() {
+        format!("discrepancy {}", row.category.as_str())
+    } else {
+        String::new()
+    };
     let attempt = row.attempt.as_ref();
-    let ids: Vec<&str> = row.objects.iter().map(|object| object.id.as_str()).collect();
-    let statuses: Vec<&str> = row.objects.iter().map(|object| object.status.as_str()).collect();
+    let ids: Vec<&str> = row
+        .objects
+        .iter()
+        .map(|object| object.id.as_str())
+        .collect();
+    let statuses: Vec<&str> = row
+        .objects
+        .iter()
+        .map(|object| object.status.as_str())
+        .collect();
     let provider_amount = match row.provider_currency() {
         Some(currency) => money(currency, row.provider_amount_minor()),
         None => String::new(),
     };
     let refunded = match row.provider_currency() {
-        Some(currency) if row.provider_refunded_minor() > 0 => money(currency, row.provider_refunded_minor()),
+        Some(currency) if row.provider_refunded_minor() > 0 => {
+            money(currency, row.provider_refunded_minor())
+        }
         _ => String::new(),
     };
     let cells = [
         row.seq.to_string(),
         row.category.as_str().to_owned(),
         row.detail.clone(),
-        attempt.map(|a| format!("{} ({})", a.id, a.consumer)).unwrap_or_default(),
+        attempt
+            .map(|a| format!("{} ({})", a.id, a.consumer))
+            .unwrap_or_default(),
         attempt.map(|a| a.operation_key.clone()).unwrap_or_default(),
-        attempt.map(|a| money(&a.currency, a.amount_minor)).unwrap_or_default(),
-        attempt.map(|a| a.status.as_str().to_owned()).unwrap_or_default(),
+        attempt
+            .map(|a| money(&a.currency, a.amount_minor))
+            .unwrap_or_default(),
+        attempt
+            .map(|a| a.status.as_str().to_owned())
+            .unwrap_or_default(),
         format!("{}: {}", row.objects_total, ids.join(" ")),
         statuses.join(" "),
         provider_amount,
@@ -163,6 +224,9 @@ mod tests {
 
     #[test]
     fn escapes_markup() {
-        assert_eq!(escape("<script>alert('x') & \"y\"</script>"), "&lt;script&gt;alert(&#39;x&#39;) &amp; &quot;y&quot;&lt;/script&gt;");
+        assert_eq!(
+            escape("<script>alert('x') & \"y\"</script>"),
+            "&lt;script&gt;alert(&#39;x&#39;) &amp; &quot;y&quot;&lt;/script&gt;"
+        );
     }
 }

@@ -26,7 +26,11 @@ pub enum RenderError {
 }
 
 /// Writes `report` in `format`; the summary first where the format has one.
-pub async fn write_report(report: &PreparedReport, format: Format, out: &mut dyn Write) -> Result<(), RenderError> {
+pub async fn write_report(
+    report: &PreparedReport,
+    format: Format,
+    out: &mut dyn Write,
+) -> Result<(), RenderError> {
     match format {
         Format::Csv => {
             csv::write_header(out)?;
@@ -45,10 +49,17 @@ pub async fn write_report(report: &PreparedReport, format: Format, out: &mut dyn
         }
         Format::Html => {
             html::write_start(out, report.summary())?;
-            html::write_table_start(out, "discrepancies", "Discrepancies", report.summary().discrepancies)?;
-            each_row(report, out, |out, row| match row.category.is_discrepancy() {
-                true => html::write_row(out, row),
-                false => Ok(()),
+            html::write_table_start(
+                out,
+                "discrepancies",
+                "Discrepancies",
+                report.summary().discrepancies,
+            )?;
+            each_row(report, out, |out, row| {
+                match row.category.is_discrepancy() {
+                    true => html::write_row(out, row),
+                    false => Ok(()),
+                }
             })
             .await?;
             html::write_table_end(out)?;
