@@ -376,7 +376,11 @@ impl Config {
         check((100..=300_000).contains(&provider.call_timeout_ms), "provider.call_timeout_ms must be 100-300000");
         check((1..=1_000).contains(&provider.lookup_pages_max), "provider.lookup_pages_max must be 1-1000");
         check((1..=10_000_000_000).contains(&charge.amount_minor_max), "charge.amount_minor_max must be 1-10000000000");
-        check(charge.lease_ms > provider.call_timeout_ms * 2, "charge.lease_ms must exceed twice provider.call_timeout_ms (a lookup makes several calls)");
+        check(
+            charge.lease_ms > provider.call_timeout_ms * 2 + self.database.statement_timeout_ms,
+            "charge.lease_ms must exceed twice provider.call_timeout_ms plus database.statement_timeout_ms \
+             (a round is a lookup of several calls and a write), so a live round never loses its lease",
+        );
         check(charge.lease_ms <= 3_600_000, "charge.lease_ms must be at most one hour");
         check(charge.concurrent_wait_ms <= 60_000, "charge.concurrent_wait_ms must be at most 60000");
         check(charge.recovery_grace_ms >= charge.lease_ms, "charge.recovery_grace_ms must be at least charge.lease_ms, so recovery never races a live call");

@@ -74,8 +74,9 @@ pub fn test_config(database_url: &str, simulator_url: &str) -> Config {
     config.provider.api_key = Some(Secret::new(SIM_API_KEY));
     config.provider.base_url = Some(simulator_url.to_owned());
     config.provider.call_timeout_ms = 1_000;
-    config.charge.lease_ms = 2_500;
-    config.charge.recovery_grace_ms = 2_500;
+    // Leases must outlast a round: two provider calls and a database write (config validates).
+    config.charge.lease_ms = 8_000;
+    config.charge.recovery_grace_ms = 8_000;
     config.charge.concurrent_wait_ms = 5_000;
     // Tests drive the sweep with `try_sweep_once()`; a scheduled pass would race their counts.
     config.sweep.enabled = false;
