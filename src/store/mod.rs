@@ -4,6 +4,7 @@
 //! a provider call.
 
 pub mod postgres;
+pub mod postgres_bench;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -3,5 +3,6 @@
 
 mod support;
 
+mod bench;
 mod charge;
 mod simulator;
