@@ -15,15 +15,22 @@
 \set amount 1000
 \set generation 0
 \set calls 1
-INSERT INTO payment_attempts (
-                id, consumer, operation_key, kind, amount_minor, currency, payment_method,
-                customer, description, metadata, fingerprint, status, provider, idempotency_key,
-                generation, key_window_started_at, lease_owner, lease_expires_at, next_check_at,
-                created_at, updated_at)
-             VALUES (gen_random_uuid(), :consumer, :key, 'charge', :amount, :currency, :payment_method, :absent, :description, :metadata, :fingerprint, 'pending', :provider, :key, :generation,
-                     :now, gen_random_uuid(), :now, :now, :now, :now)
-             ON CONFLICT DO NOTHING
-             RETURNING *
+WITH existing AS (
+                SELECT * FROM payment_attempts WHERE consumer = :consumer AND operation_key = :key),
+             inserted AS (
+                INSERT INTO payment_attempts (
+                    id, consumer, operation_key, kind, amount_minor, currency, payment_method,
+                    customer, description, metadata, fingerprint, status, provider,
+                    idempotency_key, generation, key_window_started_at, lease_owner,
+                    lease_expires_at, next_check_at, created_at, updated_at)
+                SELECT gen_random_uuid(), :consumer, :key, 'charge', :amount, :currency, :payment_method, :absent, :description, :metadata, :fingerprint, 'pending', :provider, :key,
+                       :generation, :now, gen_random_uuid(), :now, :now, :now, :now
+                WHERE NOT EXISTS (SELECT FROM existing)
+                ON CONFLICT DO NOTHING
+                RETURNING *)
+             SELECT false AS inserted_now, existing.* FROM existing
+             UNION ALL
+             SELECT true, inserted.* FROM inserted
 \gset inserted_
 UPDATE payment_attempts SET
                 failure_code = CASE WHEN status = ANY(:unfinished) THEN :absent ELSE failure_code END,

@@ -5,4 +5,6 @@ mod support;
 
 mod bench;
 mod charge;
+mod insert_race;
 mod simulator;
+mod store_pool;
