@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/chargeguard/v1/payments.proto"];
+    let protos = ["proto/chargeguard/v1/payments.proto", "proto/chargeguard/v1/reports.proto"];
     for proto in &protos {
         println!("cargo:rerun-if-changed={proto}");
     }

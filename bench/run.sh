@@ -198,6 +198,8 @@ EOF
 service_env=(
   CHARGEGUARD_DATABASE__URL="$(db_url $CHARGE_DB)"
   CHARGEGUARD_PROVIDER__API_KEY="$SIM_API_KEY"
+  # Nothing is due in this database; the sweep stays out of the charge figures.
+  CHARGEGUARD_SWEEP__ENABLED=false
 )
 env "${service_env[@]}" "$BIN" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve.log" 2>&1 &
 serve_pid=$!
@@ -242,6 +244,11 @@ sweep_env=(
   CHARGEGUARD_DATABASE__URL="$(db_url $SWEEP_DB)"
   CHARGEGUARD_PROVIDER__API_KEY="$SIM_API_KEY"
   CHARGEGUARD_PROVIDER__BASE_URL="http://$SIM_ADDR/"
+  CHARGEGUARD_DATABASE__CONNECTIONS_MAX="$CONCURRENCY"
+  # One pass takes every stuck row (the option's limit is 10,000), as many in flight as the
+  # charge runs had callers.
+  CHARGEGUARD_SWEEP__BATCH_MAX="$(( STUCK_ROWS < 10000 ? STUCK_ROWS : 10000 ))"
+  CHARGEGUARD_SWEEP__CONCURRENCY_MAX="$CONCURRENCY"
 )
 
 # Times the claim query over STUCK_ROWS fresh stuck rows, then (when this build has the
@@ -257,7 +264,7 @@ time_sweep() { # label
       --json-out "$OUT/seed-$label-sweep.json" >/dev/null
     local t0 t1 due runs=0
     t0=$(date +%s.%N)
-    # `--once` may take one batch or all that is due: repeat until nothing is due (bounded).
+    # One pass takes at most sweep.batch_max rows: repeat until nothing is due (bounded).
     while [ $runs -lt 1000 ]; do
       env "${sweep_env[@]}" "$BIN" sweep --once >>"$OUT/sweep-$label.log" 2>&1
       runs=$((runs + 1))

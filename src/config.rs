@@ -3,7 +3,7 @@
 //! option has a default and a bound, and `validate` checks them together at start.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use figment::Figment;
@@ -11,8 +11,9 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::KeyWindow;
-use crate::orchestrator::OrchestratorSettings;
+use crate::orchestrator::{OrchestratorSettings, SweepSettings};
 use crate::secret::Secret;
+use crate::webhook::{RetentionSettings, WebhookSettings, WorkerSettings};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -21,8 +22,15 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub provider: ProviderConfig,
     pub charge: ChargeConfig,
+    /// The first-run defaults: the built-in simulator and the demo consumer.
+    pub embedded: EmbeddedConfig,
+    pub sweep: SweepConfig,
     /// Callers and their bearer tokens (stored as SHA-256 hex, never in clear).
     pub consumers: Vec<ConsumerConfig>,
+    pub report: ReportConfig,
+    /// People and tools that read reports (finance, admin); tokens stored like consumers'.
+    pub operators: Vec<OperatorConfig>,
+    pub webhooks: WebhooksConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -40,9 +48,12 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
-    /// `postgres://…`. Secret-bearing: never logged.
+    /// `postgres://…` (PostgreSQL) or `sqlite:…` (a SQLite file); unset means the embedded
+    /// SQLite file at `sqlite_path`. Secret-bearing: never logged.
     #[serde(skip_serializing)]
     pub url: Option<Secret>,
+    /// The embedded store's file when `url` is unset; its directory is created at start.
+    pub sqlite_path: PathBuf,
     pub connections_max: u32,
     pub acquire_timeout_ms: u64,
     pub statement_timeout_ms: u64,
@@ -79,12 +90,113 @@ pub struct ChargeConfig {
     pub list_page_size_max: u32,
 }
 
+/// What `serve` does when it is started with nothing configured (see README "First run").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddedConfig {
+    /// Where the built-in Stripe simulator listens when `provider.api_key` is unset.
+    pub simulator_listen: SocketAddr,
+    /// Where the demo consumer's token is kept (mode 0600) when no consumers are configured and
+    /// the provider is the built-in simulator. Relative paths are from the working directory.
+    pub demo_token_file: std::path::PathBuf,
+}
+
+/// `POST /webhooks/stripe`, the inbox worker and inbox retention.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    /// Stripe signing secrets (`whsec_…`); several while rotating. Empty disables the endpoint.
+    /// Never logged.
+    #[serde(skip_serializing)]
+    pub secrets: Vec<Secret>,
+    /// Allowed distance between the signature's timestamp and now (Stripe's libraries: 300).
+    pub signature_tolerance_seconds: u64,
+    /// Larger bodies are refused with 413.
+    pub body_bytes_max: usize,
+    pub worker_batch_max: u32,
+    pub worker_interval_ms: u64,
+    /// How long a claimed batch stays one worker's before another may finish it.
+    pub worker_claim_ms: u64,
+    /// Processed events older than this are pruned; at least 31 (Stripe resends for 30 days).
+    pub retention_days: u32,
+    pub retention_batch_max: u32,
+    pub retention_interval_ms: u64,
+}
+
+/// The scheduled pending sweep (see README "Recovery").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SweepConfig {
+    /// Runs the sweep inside `serve`; turn off where `chargeguard sweep --once` runs from cron.
+    pub enabled: bool,
+    /// 6-field cron expression, seconds first, UTC.
+    pub schedule: String,
+    /// Rows one pass reconciles at most.
+    pub batch_max: u32,
+    /// Rows in flight at once (each holds a database connection for its statements).
+    pub concurrency_max: u32,
+    /// Provider rounds after which an unfinished row is flagged for review instead of retried.
+    pub check_count_max: u32,
+    /// A flagged row is looked at (and logged) again this often; it is never sent again.
+    pub review_reminder_hours: u64,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConsumerConfig {
     pub name: String,
     /// Lowercase hex SHA-256 of the bearer token (`chargeguard hash-token` prints it).
     pub token_sha256: String,
+}
+
+/// Reconciliation reports (`chargeguard report`, the `Reports` gRPC service).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReportConfig {
+    /// A pending attempt older than this is a discrepancy (`stale_unfinished`).
+    pub pending_age_max_minutes: u64,
+    /// The same for requires_action; at least `charge.requires_action_age_max_minutes`, after
+    /// which recovery cancels the payment anyway.
+    pub requires_action_age_max_minutes: u64,
+    /// The provider is listed in windows of this length, each paginated on its own.
+    pub provider_window_minutes: u64,
+    pub provider_page_size: u32,
+    /// Bound on list pages per run (payments and refunds each); past it the run fails.
+    pub provider_pages_max: u32,
+    /// Provider objects are listed from this long before the period (clock skew) ...
+    pub provider_lookbehind_minutes: u64,
+    /// ... to this long after it: an attempt's object may be created after the attempt, up to
+    /// the key window later when recovery re-sends.
+    pub provider_lookahead_minutes: u64,
+    /// Tries of one list call (reads are safe to repeat) before the run fails.
+    pub provider_read_attempts_max: u32,
+    pub provider_retry_backoff_ms: u64,
+    /// Rows read from the database per page.
+    pub rows_page_size: u32,
+    /// Provider objects listed on one row (a row counts all of them).
+    pub objects_listed_per_row_max: u32,
+    /// Statement timeout of the report's long statements (the join).
+    pub statement_timeout_ms: u64,
+    pub period_days_max: u32,
+    /// Staging of a run older than this belongs to a run that died; the next run deletes it.
+    pub abandoned_run_minutes: u64,
+}
+
+/// Who may read reports over gRPC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OperatorRole {
+    Finance,
+    Admin,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorConfig {
+    pub name: String,
+    /// Lowercase hex SHA-256 of the bearer token (`chargeguard hash-token` prints it).
+    pub token_sha256: String,
+    pub role: OperatorRole,
 }
 
 impl Default for Config {
@@ -94,7 +206,49 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             provider: ProviderConfig::default(),
             charge: ChargeConfig::default(),
+            embedded: EmbeddedConfig::default(),
+            sweep: SweepConfig::default(),
             consumers: Vec::new(),
+            report: ReportConfig::default(),
+            operators: Vec::new(),
+            webhooks: WebhooksConfig::default(),
+        }
+    }
+}
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        Self {
+            pending_age_max_minutes: 60,
+            requires_action_age_max_minutes: 25 * 60,
+            provider_window_minutes: 60,
+            provider_page_size: 100,
+            provider_pages_max: 100_000,
+            provider_lookbehind_minutes: 10,
+            provider_lookahead_minutes: 25 * 60,
+            provider_read_attempts_max: 4,
+            provider_retry_backoff_ms: 500,
+            rows_page_size: 1_000,
+            objects_listed_per_row_max: 100,
+            statement_timeout_ms: 300_000,
+            period_days_max: 400,
+            abandoned_run_minutes: 24 * 60,
+        }
+    }
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        Self {
+            secrets: Vec::new(),
+            signature_tolerance_seconds: 300,
+            body_bytes_max: 256 * 1024,
+            worker_batch_max: 100,
+            worker_interval_ms: 1_000,
+            worker_claim_ms: 60_000,
+            retention_days: 35,
+            retention_batch_max: 500,
+            retention_interval_ms: 3_600_000,
         }
     }
 }
@@ -115,6 +269,7 @@ impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: None,
+            sqlite_path: PathBuf::from("chargeguard-data/chargeguard.sqlite"),
             connections_max: 16,
             acquire_timeout_ms: 5_000,
             statement_timeout_ms: 5_000,
@@ -153,13 +308,40 @@ impl Default for ChargeConfig {
     }
 }
 
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        Self {
+            simulator_listen: "127.0.0.1:0".parse().expect("literal address"),
+            demo_token_file: crate::embedded::DEMO_TOKEN_FILE_DEFAULT.into(),
+        }
+    }
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            schedule: "0 * * * * *".to_owned(),
+            batch_max: 200,
+            concurrency_max: 8,
+            // About three days at the default one-hour backoff cap.
+            check_count_max: 72,
+            review_reminder_hours: 24,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read configuration: {0}")]
+    #[error("cannot read configuration:\n  - {0}")]
     Load(String),
     #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
     Invalid(Vec<String>),
 }
+
+/// `CHARGEGUARD_…` variables that belong to the command line, not to `Config` (lowercase, as
+/// figment sees them); any other unknown `CHARGEGUARD_…` variable is an error, so typos show.
+const NOT_OPTIONS: [&str; 7] = ["config", "log_format", "token", "token_file", "server_url", "sim_listen", "sim_webhook_secret"];
 
 impl Config {
     /// Defaults, then the TOML file (if given), then `CHARGEGUARD_…` variables.
@@ -171,8 +353,8 @@ impl Config {
             }
             figment = figment.merge(Toml::file(file));
         }
-        figment = figment.merge(Env::prefixed("CHARGEGUARD_").split("__"));
-        figment.extract().map_err(|error| ConfigError::Load(error.to_string()))
+        figment = figment.merge(Env::prefixed("CHARGEGUARD_").split("__").ignore(&NOT_OPTIONS));
+        figment.extract().map_err(|error| ConfigError::Load(describe_load_error(error)))
     }
 
     /// Checks every bound and every relation between options; lists all problems at once.
@@ -185,6 +367,9 @@ impl Config {
         };
         let charge = &self.charge;
         let provider = &self.provider;
+        if let Err(problem) = crate::store::DatabaseLocation::from_config(&self.database) {
+            check(false, &problem.to_string());
+        }
         check((1..=1_000).contains(&self.database.connections_max), "database.connections_max must be 1-1000");
         check((100..=600_000).contains(&self.database.statement_timeout_ms), "database.statement_timeout_ms must be 100-600000");
         check((100..=600_000).contains(&self.database.acquire_timeout_ms), "database.acquire_timeout_ms must be 100-600000");
@@ -204,13 +389,74 @@ impl Config {
         check((1..=charge.list_page_size_max).contains(&charge.list_page_size_default), "charge.list_page_size_default must be 1..list_page_size_max");
         check(self.server.request_timeout_ms >= 1_000, "server.request_timeout_ms must be at least 1000");
         check(self.server.concurrent_requests_max >= 1, "server.concurrent_requests_max must be at least 1");
+        check(
+            provider.base_url.is_none() || provider.api_key.is_some(),
+            "provider.base_url is set but provider.api_key is not: set both, or neither to use the built-in simulator",
+        );
+        check(
+            self.server.shutdown_grace_ms > provider.call_timeout_ms && self.server.shutdown_grace_ms <= 600_000,
+            "server.shutdown_grace_ms must exceed provider.call_timeout_ms (a call in flight finishes) and be at most 600000",
+        );
+        check(!self.embedded.demo_token_file.as_os_str().is_empty(), "embedded.demo_token_file must not be empty");
+        let webhooks = &self.webhooks;
+        check((1..=3_600).contains(&webhooks.signature_tolerance_seconds), "webhooks.signature_tolerance_seconds must be 1-3600");
+        check((4_096..=16 * 1024 * 1024).contains(&webhooks.body_bytes_max), "webhooks.body_bytes_max must be 4096-16777216");
+        check((1..=1_000).contains(&webhooks.worker_batch_max), "webhooks.worker_batch_max must be 1-1000");
+        check((10..=3_600_000).contains(&webhooks.worker_interval_ms), "webhooks.worker_interval_ms must be 10-3600000");
+        check((1_000..=3_600_000).contains(&webhooks.worker_claim_ms), "webhooks.worker_claim_ms must be 1000-3600000");
+        check(webhooks.worker_claim_ms >= self.database.statement_timeout_ms * 2, "webhooks.worker_claim_ms must be at least twice database.statement_timeout_ms, so a live worker keeps its claim");
+        check((crate::webhook::retention::RETENTION_DAYS_MIN..=3_650).contains(&webhooks.retention_days), "webhooks.retention_days must be 31-3650: Stripe resends events manually for up to 30 days");
+        check((1..=10_000).contains(&webhooks.retention_batch_max), "webhooks.retention_batch_max must be 1-10000");
+        check((1_000..=86_400_000).contains(&webhooks.retention_interval_ms), "webhooks.retention_interval_ms must be 1000-86400000");
+        check(webhooks.secrets.iter().all(|secret| !secret.is_empty()), "webhooks.secrets must not contain an empty secret");
+        let sweep = &self.sweep;
+        check(crate::sweep_job::schedule_is_valid(&sweep.schedule), &format!("sweep.schedule {:?} must be a 6-field cron expression, seconds first (\"0 * * * * *\")", sweep.schedule));
+        check((1..=10_000).contains(&sweep.batch_max), "sweep.batch_max must be 1-10000");
+        check((1..=self.database.connections_max).contains(&sweep.concurrency_max), "sweep.concurrency_max must be 1..database.connections_max");
+        check((1..=10_000).contains(&sweep.check_count_max), "sweep.check_count_max must be 1-10000");
+        check((1..=24 * 30).contains(&sweep.review_reminder_hours), "sweep.review_reminder_hours must be 1-720");
         for consumer in &self.consumers {
             check(crate::domain::ConsumerName::parse(&consumer.name).is_ok(), &format!("consumers: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", consumer.name));
             let hash_ok = consumer.token_sha256.len() == 64
                 && consumer.token_sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
             check(hash_ok, &format!("consumers: token_sha256 of {:?} must be 64 lowercase hex digits", consumer.name));
         }
+        self.validate_report(&mut problems);
         if problems.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(problems)) }
+    }
+
+    fn validate_report(&self, problems: &mut Vec<String>) {
+        let mut check = |ok: bool, problem: &str| {
+            if !ok {
+                problems.push(problem.to_owned());
+            }
+        };
+        let report = &self.report;
+        check(report.pending_age_max_minutes >= 1, "report.pending_age_max_minutes must be at least 1");
+        check(report.requires_action_age_max_minutes >= self.charge.requires_action_age_max_minutes, "report.requires_action_age_max_minutes must be at least charge.requires_action_age_max_minutes");
+        check((1..=7 * 24 * 60).contains(&report.provider_window_minutes), "report.provider_window_minutes must be 1-10080");
+        check((1..=100).contains(&report.provider_page_size), "report.provider_page_size must be 1-100");
+        check((1..=10_000_000).contains(&report.provider_pages_max), "report.provider_pages_max must be 1-10000000");
+        check(report.provider_lookbehind_minutes <= 24 * 60, "report.provider_lookbehind_minutes must be at most 1440");
+        check(report.provider_lookahead_minutes <= 7 * 24 * 60, "report.provider_lookahead_minutes must be at most 10080");
+        check((1..=20).contains(&report.provider_read_attempts_max), "report.provider_read_attempts_max must be 1-20");
+        check(report.provider_retry_backoff_ms <= 60_000, "report.provider_retry_backoff_ms must be at most 60000");
+        check((1..=10_000).contains(&report.rows_page_size), "report.rows_page_size must be 1-10000");
+        check((1..=1_000).contains(&report.objects_listed_per_row_max), "report.objects_listed_per_row_max must be 1-1000");
+        check((1_000..=3_600_000).contains(&report.statement_timeout_ms), "report.statement_timeout_ms must be 1000-3600000");
+        check((1..=3_660).contains(&report.period_days_max), "report.period_days_max must be 1-3660");
+        check(report.abandoned_run_minutes >= 60, "report.abandoned_run_minutes must be at least 60");
+        let mut token_hashes: std::collections::HashSet<&str> =
+            self.consumers.iter().map(|consumer| consumer.token_sha256.as_str()).collect();
+        for operator in &self.operators {
+            check(crate::domain::ConsumerName::parse(&operator.name).is_ok(), &format!("operators: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", operator.name));
+            let hash_ok = operator.token_sha256.len() == 64
+                && operator.token_sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
+            check(hash_ok, &format!("operators: token_sha256 of {:?} must be 64 lowercase hex digits", operator.name));
+            // One token, one identity: a token shared with a consumer (or another operator)
+            // would make the caller's role depend on lookup order.
+            check(token_hashes.insert(&operator.token_sha256), &format!("operators: the token of {:?} is already used by another consumer or operator", operator.name));
+        }
     }
 
     pub fn orchestrator_settings(&self) -> OrchestratorSettings {
@@ -229,8 +475,57 @@ impl Config {
             lookup_slack: minutes(charge.lookup_slack_minutes),
             list_page_size_default: charge.list_page_size_default,
             list_page_size_max: charge.list_page_size_max,
+            sweep: SweepSettings {
+                batch_max: self.sweep.batch_max,
+                concurrency_max: self.sweep.concurrency_max,
+                check_count_max: self.sweep.check_count_max,
+                review_reminder: Duration::from_secs(self.sweep.review_reminder_hours * 3600),
+            },
         }
     }
+
+    pub fn webhook_settings(&self) -> WebhookSettings {
+        let webhooks = &self.webhooks;
+        WebhookSettings {
+            secrets: webhooks.secrets.clone(),
+            signature_tolerance: chrono::Duration::seconds(webhooks.signature_tolerance_seconds as i64),
+            body_bytes_max: webhooks.body_bytes_max,
+            worker: WorkerSettings {
+                batch_max: webhooks.worker_batch_max,
+                claim_duration: Duration::from_millis(webhooks.worker_claim_ms),
+                interval: Duration::from_millis(webhooks.worker_interval_ms),
+            },
+            retention: RetentionSettings {
+                retention: chrono::Duration::days(i64::from(webhooks.retention_days)),
+                batch_max: webhooks.retention_batch_max,
+                interval: Duration::from_millis(webhooks.retention_interval_ms),
+            },
+        }
+    }
+}
+
+/// One line per problem, each naming the option and where its value came from: the file, or the
+/// exact environment variable (figment alone says "CHARGE.LEASE_MS in `CHARGEGUARD_` …").
+fn describe_load_error(error: figment::Error) -> String {
+    let problems: Vec<String> = error
+        .into_iter()
+        .map(|error| {
+            let option = error.path.join(".");
+            let source = match error.metadata.as_ref() {
+                Some(metadata) => match &metadata.source {
+                    Some(figment::Source::File(path)) => format!(" in {}", path.display()),
+                    _ if metadata.name.contains("environment") => {
+                        format!(" in environment variable CHARGEGUARD_{}", option.to_ascii_uppercase().replace('.', "__"))
+                    }
+                    _ => String::new(),
+                },
+                None => String::new(),
+            };
+            let option = if option.is_empty() { "(top level)".to_owned() } else { option };
+            format!("{option}: {}{source}", error.kind)
+        })
+        .collect();
+    problems.join("\n  - ")
 }
 
 #[cfg(test)]
@@ -243,6 +538,30 @@ mod tests {
     }
 
     #[test]
+    fn operator_tokens_are_checked_and_never_shared_with_consumers() {
+        let hash = "a".repeat(64);
+        let mut config = Config::default();
+        config.consumers = vec![ConsumerConfig { name: "orders".into(), token_sha256: hash.clone() }];
+        config.operators = vec![
+            OperatorConfig { name: "finance".into(), token_sha256: hash, role: OperatorRole::Finance },
+            OperatorConfig { name: "admin".into(), token_sha256: "B".repeat(64), role: OperatorRole::Admin },
+        ];
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        assert!(problems.iter().any(|p| p.contains("\"finance\" is already used")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("token_sha256 of \"admin\"")), "{problems:?}");
+    }
+
+    #[test]
+    fn an_unknown_operator_role_does_not_load() {
+        let toml = "[[operators]]\nname = \"support\"\ntoken_sha256 = \"x\"\nrole = \"support\"\n";
+        let file = std::env::temp_dir().join(format!("cg-role-{}.toml", std::process::id()));
+        std::fs::write(&file, toml).unwrap();
+        let loaded = Config::load(Some(&file));
+        std::fs::remove_file(&file).unwrap();
+        assert!(matches!(loaded, Err(ConfigError::Load(message)) if message.contains("support")));
+    }
+
+    #[test]
     fn lists_every_problem() {
         let mut config = Config::default();
         config.charge.key_window_safe_minutes = 24 * 60;
@@ -250,5 +569,43 @@ mod tests {
         let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
         assert!(problems.iter().any(|p| p.contains("key_window_safe_minutes")));
         assert!(problems.iter().any(|p| p.contains("lease_ms")));
+    }
+
+    #[test]
+    fn webhook_retention_must_outlast_stripes_resend_window() {
+        let mut config = Config::default();
+        config.webhooks.retention_days = 30;
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        assert!(problems.iter().any(|p| p.contains("webhooks.retention_days")));
+        config.webhooks.retention_days = 31;
+        config.validate().unwrap();
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's closure must return figment's own error
+    fn webhook_secrets_come_from_the_environment_as_a_list() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CHARGEGUARD_WEBHOOKS__SECRETS", r#"["whsec_old", "whsec_new"]"#);
+            let config = Config::load(None).expect("loads");
+            let secrets: Vec<&str> = config.webhooks.secrets.iter().map(Secret::expose).collect();
+            assert_eq!(secrets, ["whsec_old", "whsec_new"]);
+            assert!(!format!("{config:?}").contains("whsec_"), "never printed");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn sweep_bounds_and_schedule_are_checked() {
+        let mut config = Config::default();
+        config.sweep.schedule = "* * * * *".into();
+        config.sweep.batch_max = 0;
+        config.sweep.concurrency_max = config.database.connections_max + 1;
+        config.sweep.check_count_max = 0;
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        for option in ["sweep.schedule", "sweep.batch_max", "sweep.concurrency_max", "sweep.check_count_max"] {
+            assert!(problems.iter().any(|p| p.contains(option)), "{option} in {problems:?}");
+        }
+        config.sweep = SweepConfig { schedule: "*/10 * * * * *".into(), ..SweepConfig::default() };
+        config.validate().unwrap();
     }
 }

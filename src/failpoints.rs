@@ -6,12 +6,14 @@
 //! no rollback, no reply. Tests run such a process as a child (`chargeguard serve`) and then
 //! check that redelivery or the sweep, in another process, finishes what it left.
 //!
-//! | name                          | where                                                   |
-//! |-------------------------------|---------------------------------------------------------|
-//! | `charge.after_pending_commit` | the pending row is committed, the provider not yet called |
-//! | `round.after_provider_call`   | the provider answered, the result is not yet recorded   |
-//! | `charge.after_record`         | the result is recorded, the caller has not heard        |
-//! | `sweep.mid_batch`             | the sweep finished one row of a claimed batch           |
+//! | name                           | where                                                            |
+//! |--------------------------------|------------------------------------------------------------------|
+//! | `charge.before_pending_commit` | the call is validated, nothing is written yet                    |
+//! | `charge.after_pending_commit`  | the pending row is committed, the provider not yet called        |
+//! | `round.after_provider_call`    | the provider answered, the result is not yet recorded            |
+//! | `charge.after_record`          | the result is recorded, the caller has not heard                 |
+//! | `sweep.mid_batch`              | the sweep finished one row of its pass (others may be in flight) |
+//! | `webhook.mid_batch`            | the webhook worker settled one event of a claimed batch          |
 
 /// The exit code of a process that stopped at a crash point.
 pub const CRASH_EXIT_CODE: i32 = 86;

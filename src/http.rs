@@ -1,4 +1,4 @@
-//! chargeguard's HTTP port: metrics and health for operators (and, later, provider webhooks).
+//! chargeguard's HTTP port: metrics and health for operators; `webhook::route` adds the Stripe webhook endpoint.
 
 use std::sync::Arc;
 

@@ -29,8 +29,17 @@ enum Command {
     Serve(ServeArgs),
     /// Applies database migrations and exits.
     Migrate,
+    /// Reconciles due unfinished attempts (for cron or a Kubernetes CronJob) and prints what it did.
+    Sweep(SweepArgs),
     /// Runs the Stripe-compatible simulator alone (no Stripe account needed).
     StripeSim(chargeguard::simulator::cli::SimArgs),
+    /// Charges once per operation, through a running server.
+    Charge(chargeguard::cli::ChargeArgs),
+    /// Reads attempts from a running server.
+    Attempt(chargeguard::cli::AttemptArgs),
+    /// Reconciles our attempts with the provider's payments for a period. Exit 0 clean,
+    /// 1 discrepancies, 2 error.
+    Report(chargeguard::report::cli::ReportArgs),
     /// Prints the SHA-256 of a bearer token, as `consumers[].token_sha256` wants it.
     HashToken {
         /// Read from standard input when omitted, so the token stays out of shell history.
@@ -50,6 +59,13 @@ struct ServeArgs {
     /// Do not apply migrations at start.
     #[arg(long)]
     no_migrate: bool,
+}
+
+#[derive(clap::Args)]
+struct SweepArgs {
+    /// Run one pass of at most `sweep.batch_max` rows and exit; the scheduled sweep runs in `serve`.
+    #[arg(long, required = true)]
+    once: bool,
 }
 
 fn main() -> ExitCode {
@@ -97,25 +113,35 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             app.run().await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Sweep(_) => {
+            let mut config = Config::load(cli.config.as_deref())?;
+            // The pass serves nothing: ephemeral ports keep it clear of a `serve` on this host.
+            config.server.grpc_listen = "127.0.0.1:0".parse()?;
+            config.server.http_listen = "127.0.0.1:0".parse()?;
+            let app = Application::build(config, Arc::new(SystemClock)).await?;
+            let outcome = app.orchestrator().try_sweep_once().await?;
+            println!("sweep: {outcome}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Migrate => {
-            let config = Config::load(cli.config.as_deref())?;
-            let url = config.database.url.context("database.url is not set")?;
-            let store = chargeguard::store::PostgresStore::connect_lazy(
-                url.expose(),
-                &chargeguard::store::postgres::PostgresPoolOptions {
-                    connections_max: 1,
-                    acquire_timeout: std::time::Duration::from_millis(config.database.acquire_timeout_ms),
-                    statement_timeout: std::time::Duration::from_secs(600),
-                },
-            )?;
-            store.migrate().await?;
-            println!("migrations applied");
+            let mut config = Config::load(cli.config.as_deref())?;
+            config.validate()?;
+            // One connection, and time for a long migration.
+            config.database.connections_max = 1;
+            config.database.statement_timeout_ms = 600_000;
+            let location = chargeguard::store::DatabaseLocation::from_config(&config.database)?;
+            let store = chargeguard::store::open(&config.database).await.context("opening the attempt store")?;
+            store.migrate().await.context("applying migrations")?;
+            println!("migrations applied to {}", location.describe());
             Ok(ExitCode::SUCCESS)
         }
         Command::StripeSim(args) => {
             chargeguard::simulator::cli::run(args).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Charge(args) => Ok(chargeguard::cli::charge(args).await),
+        Command::Attempt(args) => Ok(chargeguard::cli::attempt(args).await),
+        Command::Report(args) => Ok(chargeguard::report::cli::run(cli.config.as_deref(), args).await),
         Command::HashToken { token } => {
             let token = match token {
                 Some(token) => token,

@@ -10,16 +10,24 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::grpc::{Authenticator, PaymentsService, proto};
+use crate::grpc::{Authenticator, Operators, PaymentsService, ReportsService, proto};
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
-use crate::store::{AttemptStore, PostgresStore};
-use crate::store::postgres::PostgresPoolOptions;
+use crate::report::{ReportSettings, Reporter};
+use crate::secret::Secret;
+use crate::simulator::SimulatorHandle;
+use crate::store::{AttemptStore, InboxStore, OpenedStore, ReportStore};
+use crate::sweep_job::SweepJob;
 
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
+/// Health service names that follow the database: NOT_SERVING while `store.ping()` fails.
+const READINESS_SERVICES: [&str; 2] = ["", "chargeguard.v1.Payments"];
+/// A health service name that is SERVING while the process runs, whatever the database does:
+/// for liveness probes, which must not restart a process because its database is down.
+pub const LIVENESS_SERVICE: &str = "liveness";
 /// How often the metrics recorder drains its histograms.
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -27,31 +35,38 @@ pub struct Application {
     config: Config,
     orchestrator: Orchestrator,
     store: Arc<dyn AttemptStore>,
+    /// `None` on the embedded store.
+    reporter: Option<Reporter>,
+    inbox: Option<Arc<dyn InboxStore>>,
     grpc_listener: TcpListener,
     http_listener: TcpListener,
     shutdown: CancellationToken,
+    /// The built-in simulator, when no provider key is configured; stopped after the servers.
+    simulator: Option<SimulatorHandle>,
 }
 
 impl Application {
-    pub async fn build(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
+    pub async fn build(mut config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
         config.validate()?;
-        let database_url = config
-            .database
-            .url
-            .as_ref()
-            .context("database.url is not set (CHARGEGUARD_DATABASE__URL)")?;
-        let postgres = PostgresStore::connect_lazy(
-            database_url.expose(),
-            &PostgresPoolOptions {
-                connections_max: config.database.connections_max,
-                acquire_timeout: Duration::from_millis(config.database.acquire_timeout_ms),
-                statement_timeout: Duration::from_millis(config.database.statement_timeout_ms),
-            },
-        )?;
+        let simulator = start_embedded_simulator(&mut config).await?;
+        add_demo_consumer(&mut config, simulator.as_ref())?;
+        let location = crate::store::DatabaseLocation::from_config(&config.database)?;
+        tracing::info!("attempt store: {}", location.describe());
+        let opened = crate::store::open(&config.database).await.context("opening the attempt store")?;
         if config.database.migrate_on_start {
-            postgres.migrate().await.context("applying migrations")?;
+            opened.migrate().await.context("applying migrations")?;
         }
-        let store: Arc<dyn AttemptStore> = Arc::new(postgres);
+        // Reports stage and join in PostgreSQL; on the embedded store they are unavailable.
+        let report_store: Option<Arc<dyn ReportStore>> = match &opened {
+            OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
+            OpenedStore::Sqlite(_) => None,
+        };
+        let inbox: Option<Arc<dyn InboxStore>> = match &opened {
+            OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
+            // The webhook inbox has a PostgreSQL implementation only.
+            OpenedStore::Sqlite(_) => None,
+        };
+        let store: Arc<dyn AttemptStore> = opened.into_store();
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig {
             api_key: config.provider.api_key.clone().context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
             base_url: config.provider.base_url.clone(),
@@ -59,6 +74,9 @@ impl Application {
             lookup_pages_max: config.provider.lookup_pages_max,
             return_url: config.provider.return_url.clone(),
         })?);
+        let reporter = report_store.map(|report_store| {
+            Reporter::new(report_store, provider.clone(), clock.clone(), ReportSettings::from_config(&config.report))
+        });
         let orchestrator = Orchestrator::new(store.clone(), provider, clock, config.orchestrator_settings());
         let grpc_listener = TcpListener::bind(config.server.grpc_listen)
             .await
@@ -66,7 +84,17 @@ impl Application {
         let http_listener = TcpListener::bind(config.server.http_listen)
             .await
             .with_context(|| format!("binding HTTP on {}", config.server.http_listen))?;
-        Ok(Self { config, orchestrator, store, grpc_listener, http_listener, shutdown: CancellationToken::new() })
+        Ok(Self {
+            config,
+            orchestrator,
+            store,
+            inbox,
+            reporter,
+            grpc_listener,
+            http_listener,
+            shutdown: CancellationToken::new(),
+            simulator,
+        })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -95,21 +123,35 @@ impl Application {
             .build_v1()
             .context("building the reflection service")?;
         let authenticator = Authenticator::from_config(&self.config.consumers)?;
+        let reports =
+            ReportsService::new(self.reporter.clone(), Operators::from_config(&self.config.operators), authenticator.clone())
+                .into_server();
         let payments = PaymentsService::new(self.orchestrator.clone(), authenticator).into_server();
 
+        let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
         let shutdown = self.shutdown.clone();
         let store = self.store.clone();
+        health_reporter.set_service_status(LIVENESS_SERVICE, tonic_health::ServingStatus::Serving).await;
+        // Not ready until the database has answered once.
+        for service in READINESS_SERVICES {
+            health_reporter.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
+        }
         let health_task = tokio::spawn({
             let shutdown = shutdown.clone();
             async move {
                 let mut interval = tokio::time::interval(HEALTH_CHECK_INTERVAL);
                 loop {
                     tokio::select! {
-                        _ = shutdown.cancelled() => return,
+                        _ = shutdown.cancelled() => {
+                            for service in READINESS_SERVICES.into_iter().chain([LIVENESS_SERVICE]) {
+                                health_reporter.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
+                            }
+                            return;
+                        }
                         _ = interval.tick() => {}
                     }
                     let serving = store.ping().await.is_ok();
-                    for service in ["", "chargeguard.v1.Payments"] {
+                    for service in READINESS_SERVICES {
                         let status = if serving {
                             tonic_health::ServingStatus::Serving
                         } else {
@@ -133,28 +175,66 @@ impl Application {
             }
         });
 
+        let webhooks = self.inbox.clone().map(|inbox| {
+            crate::webhook::Webhooks::new(inbox, self.orchestrator.clock().clone(), self.config.webhook_settings())
+        });
+        if webhooks.is_none() {
+            tracing::warn!("webhooks need PostgreSQL: POST /webhooks/stripe and the inbox worker are off on SQLite");
+        }
+        let webhook_jobs = webhooks.as_ref().map(|webhooks| webhooks.spawn_jobs(&shutdown)).unwrap_or_default();
+
         let grpc = tonic::transport::Server::builder()
             .timeout(Duration::from_millis(self.config.server.request_timeout_ms))
             .concurrency_limit_per_connection(self.config.server.concurrent_requests_max)
             .add_service(health_service)
             .add_service(reflection)
             .add_service(payments)
-            .serve_with_incoming_shutdown(grpc_incoming(self.grpc_listener), shutdown.clone().cancelled_owned());
-        let http = axum::serve(self.http_listener, crate::http::router(crate::http::HttpState { store: self.store.clone() }))
+            .add_service(reports)
+            .serve_with_incoming_shutdown(
+                // Nagle's algorithm with delayed ACKs adds ~40 ms to small gRPC replies.
+                tonic::transport::server::TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
+                shutdown.clone().cancelled_owned(),
+            );
+        let mut http_router = crate::http::router(crate::http::HttpState { store: self.store.clone() });
+        if let Some(webhooks) = &webhooks {
+            // Signatures carry the sender's wall-clock time: checked against ours, not the
+            // business clock that tests move.
+            http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
+        }
+        let http = axum::serve(self.http_listener, http_router)
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let grpc = tokio::spawn(grpc);
         let http = tokio::spawn(async move { http.await });
-        tracing::info!(grpc = %self.config.server.grpc_listen, http = %self.config.server.http_listen, "chargeguard serving");
+        let sweep = if self.config.sweep.enabled {
+            Some(SweepJob::start(self.orchestrator.clone(), &self.config.sweep.schedule, shutdown.clone()).await?)
+        } else {
+            None
+        };
+        // The bound addresses, not the configured ones: with port 0 this line is how a parent
+        // process (the crash-point tests) learns where to connect.
+        tracing::info!(grpc = %grpc_addr, http = %http_addr, "chargeguard serving");
         shutdown.cancelled().await;
         let grace = Duration::from_millis(self.config.server.shutdown_grace_ms);
         let drained = tokio::time::timeout(grace, async {
+            if let Some(sweep) = sweep {
+                sweep.stop().await;
+            }
             let grpc = grpc.await;
             let http = http.await;
+            // The webhook jobs stop between batches; whatever they left claimed is finished by
+            // the next worker after the claim expires.
+            for job in webhook_jobs {
+                let _ = job.await;
+            }
             (grpc, http)
         })
         .await;
         health_task.abort();
         upkeep_task.abort();
+        // After the servers: an in-flight call may still be talking to the simulator.
+        if let Some(simulator) = self.simulator {
+            simulator.shutdown().await;
+        }
         match drained {
             Ok((grpc, http)) => {
                 grpc.context("gRPC server task")?.context("gRPC server")?;
@@ -166,9 +246,48 @@ impl Application {
     }
 }
 
-/// The gRPC listener's connections, with Nagle's algorithm off. `serve_with_incoming` ignores the
-/// builder's `tcp_nodelay`: without this, a response's HTTP/2 frames wait for the client's
-/// delayed ACK (40 ms on Linux), which capped `Charge` at a few hundred calls per second.
-fn grpc_incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+/// With no provider key configured, starts the built-in Stripe simulator in this process and
+/// points the provider at it with the simulator's key: the first run needs no Stripe account.
+/// Said loudly at start, since nothing charged there is real.
+async fn start_embedded_simulator(config: &mut Config) -> anyhow::Result<Option<SimulatorHandle>> {
+    if config.provider.api_key.is_some() {
+        return Ok(None);
+    }
+    let listen = config.embedded.simulator_listen;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding the built-in simulator on {listen} (embedded.simulator_listen)"))?;
+    let simulator = crate::simulator::spawn(crate::simulator::SimulatorConfig::default(), listener).await?;
+    config.provider.api_key = Some(Secret::new(crate::simulator::DEFAULT_API_KEY));
+    config.provider.base_url = Some(simulator.base_url());
+    tracing::warn!(
+        simulator_url = %simulator.base_url(),
+        "no provider.api_key configured: charging the built-in Stripe simulator at {}, not Stripe; no real money moves",
+        simulator.base_url()
+    );
+    Ok(Some(simulator))
+}
+
+/// With no consumers configured and only the built-in simulator to charge, authenticates the
+/// demo consumer whose token is in a file only the user can read (`crate::embedded`). Never
+/// when a consumer or a real provider key is configured.
+fn add_demo_consumer(config: &mut Config, simulator: Option<&SimulatorHandle>) -> anyhow::Result<()> {
+    if !config.consumers.is_empty() {
+        return Ok(());
+    }
+    if simulator.is_none() {
+        tracing::warn!("no consumers configured: every call will be refused (see consumers in docs/CONFIGURATION.md)");
+        return Ok(());
+    }
+    let path = &config.embedded.demo_token_file;
+    let consumer = crate::embedded::demo_consumer(path).context("preparing the demo consumer (embedded.demo_token_file)")?;
+    tracing::warn!(
+        consumer = %consumer.name,
+        token_file = %path.display(),
+        "no consumers configured: callers authenticate as {:?} with the token in {} (readable only by you); the CLI client reads it from there",
+        consumer.name,
+        path.display()
+    );
+    config.consumers.push(consumer);
+    Ok(())
 }

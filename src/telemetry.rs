@@ -14,8 +14,10 @@ pub enum LogFormat {
 /// Installs the global subscriber. `RUST_LOG` overrides the default filter.
 pub fn init_logging(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,hyper=warn,h2=warn,tower=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,hyper=warn,h2=warn,tower=warn,tokio_cron_scheduler=warn"));
+    // Colours only for a person at a terminal, never into files or log collectors.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     // A second init (tests, embedded use) keeps the first subscriber.
     let _ = match format {
         LogFormat::Text => builder.try_init(),

@@ -5,9 +5,12 @@
 mod attempt;
 mod charge_request;
 mod currency;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod idempotency;
 mod operation;
 mod provider_payment;
+mod provider_refund;
 mod recovery;
 
 pub use attempt::{
@@ -21,6 +24,7 @@ pub use currency::Currency;
 pub use idempotency::{IdempotencyKey, derive_idempotency_key};
 pub use operation::{ConsumerName, OperationKey};
 pub use provider_payment::{PaymentSnapshot, ProviderPaymentStatus, Resolution, resolve_snapshot};
+pub use provider_refund::RefundSnapshot;
 pub use recovery::{
     KeyWindow, LookupResolution, PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step,
     resolve_lookup,

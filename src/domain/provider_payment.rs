@@ -128,3 +128,59 @@ impl Resolution {
         Self { status, failure: None, next_action: None, review_reason: None }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::domain::{Currency, Metadata, PaymentMethodId};
+
+    fn requested() -> ChargeParams {
+        ChargeParams::new(
+            500,
+            1_000,
+            Currency::parse("usd").unwrap(),
+            PaymentMethodId::parse("pm_card_visa").unwrap(),
+            None,
+            None,
+            Metadata::default(),
+        )
+        .unwrap()
+    }
+
+    fn snapshot(status: ProviderPaymentStatus) -> PaymentSnapshot {
+        PaymentSnapshot {
+            id: "pi_1".into(),
+            status,
+            amount_minor: 500,
+            amount_received_minor: 0,
+            currency: "usd".into(),
+            created: Utc.timestamp_opt(0, 0).unwrap(),
+            metadata: BTreeMap::new(),
+            last_error: None,
+            next_action: None,
+        }
+    }
+
+    #[test]
+    fn maps_each_provider_state() {
+        let status = |s| resolve_snapshot(&snapshot(s), &requested()).status;
+        assert_eq!(status(ProviderPaymentStatus::Succeeded), AttemptStatus::Succeeded);
+        assert_eq!(status(ProviderPaymentStatus::Processing), AttemptStatus::Pending);
+        assert_eq!(status(ProviderPaymentStatus::RequiresAction), AttemptStatus::RequiresAction);
+        assert_eq!(status(ProviderPaymentStatus::RequiresPaymentMethod), AttemptStatus::Failed);
+        assert_eq!(status(ProviderPaymentStatus::Canceled), AttemptStatus::Failed);
+        let odd = resolve_snapshot(&snapshot(ProviderPaymentStatus::RequiresCapture), &requested());
+        assert_eq!(odd.status, AttemptStatus::Pending, "never guessed terminal");
+        assert!(odd.review_reason.is_some());
+    }
+
+    #[test]
+    fn a_different_amount_at_the_provider_is_flagged() {
+        let mut other = snapshot(ProviderPaymentStatus::Succeeded);
+        other.amount_minor = 600;
+        let resolution = resolve_snapshot(&other, &requested());
+        assert!(resolution.review_reason.unwrap().contains("600"));
+    }
+}

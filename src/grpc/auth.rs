@@ -40,16 +40,22 @@ impl Authenticator {
     }
 
     pub fn authenticate(&self, metadata: &MetadataMap) -> Result<ConsumerName, AuthError> {
-        let header = metadata.get("authorization").ok_or(AuthError::Missing)?;
-        let header = header.to_str().map_err(|_| AuthError::Malformed)?;
-        let token = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .ok_or(AuthError::Malformed)?
-            .trim();
-        if token.is_empty() {
-            return Err(AuthError::Malformed);
-        }
+        let token = bearer_token(metadata)?;
         self.consumers_by_token_hash.get(&hash_token(token)).cloned().ok_or(AuthError::Unknown)
     }
+}
+
+/// The token of the `authorization: Bearer <token>` metadata.
+pub(super) fn bearer_token(metadata: &MetadataMap) -> Result<&str, AuthError> {
+    let header = metadata.get("authorization").ok_or(AuthError::Missing)?;
+    let header = header.to_str().map_err(|_| AuthError::Malformed)?;
+    let token = header
+        .strip_prefix("Bearer ")
+        .or_else(|| header.strip_prefix("bearer "))
+        .ok_or(AuthError::Malformed)?
+        .trim();
+    if token.is_empty() {
+        return Err(AuthError::Malformed);
+    }
+    Ok(token)
 }

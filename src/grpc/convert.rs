@@ -46,7 +46,7 @@ pub fn selector(request: &proto::GetAttemptRequest) -> Result<AttemptSelector, I
     }
 }
 
-fn time_from_proto(field: &'static str, value: &prost_types::Timestamp) -> Result<DateTime<Utc>, InvalidField> {
+pub(super) fn time_from_proto(field: &'static str, value: &prost_types::Timestamp) -> Result<DateTime<Utc>, InvalidField> {
     let nanos = u32::try_from(value.nanos).map_err(|_| InvalidField::new(field, "nanos must not be negative"))?;
     DateTime::from_timestamp(value.seconds, nanos).ok_or_else(|| InvalidField::new(field, "out of range"))
 }
@@ -82,7 +82,7 @@ pub fn page_size(requested: u32, default: u32, max: u32) -> Result<u32, InvalidF
     }
 }
 
-fn status_to_proto(status: AttemptStatus) -> proto::AttemptStatus {
+pub(super) fn status_to_proto(status: AttemptStatus) -> proto::AttemptStatus {
     match status {
         AttemptStatus::Pending => proto::AttemptStatus::Pending,
         AttemptStatus::RequiresAction => proto::AttemptStatus::RequiresAction,

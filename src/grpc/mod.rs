@@ -4,12 +4,14 @@
 mod auth;
 mod convert;
 mod payments;
+mod reports;
 mod status;
 
 pub use auth::{Authenticator, hash_token};
 pub use payments::PaymentsService;
+pub use reports::{Operators, ReportsService};
 
-/// The generated code of `proto/chargeguard/v1/payments.proto`.
+/// The generated code of `proto/chargeguard/v1/` (payments.proto, reports.proto).
 pub mod proto {
     tonic::include_proto!("chargeguard.v1");
 

@@ -54,3 +54,29 @@ pub fn from_orchestrator(error: OrchestratorError) -> Status {
         }
     }
 }
+
+pub fn permission_denied(message: String) -> Status {
+    status(Code::PermissionDenied, "permission_denied", message, None)
+}
+
+pub fn reports_unavailable() -> Status {
+    status(
+        Code::FailedPrecondition,
+        "reports_unavailable",
+        "reports need PostgreSQL; this server keeps its attempts in the embedded store".to_owned(),
+        None,
+    )
+}
+
+pub fn from_report(error: crate::report::ReportError) -> Status {
+    use crate::report::ReportError;
+    match error {
+        ReportError::Period(error) => status(Code::InvalidArgument, "invalid_argument", error.to_string(), None),
+        ReportError::Store(store) => from_orchestrator(OrchestratorError::Store(store)),
+        ReportError::Provider { .. } => {
+            tracing::warn!(%error, "report failed at the provider");
+            status(Code::Unavailable, "provider_unavailable", "the provider could not be listed; retry later".to_owned(), None)
+        }
+        ReportError::TooManyPages { .. } => status(Code::ResourceExhausted, "report_too_large", error.to_string(), None),
+    }
+}

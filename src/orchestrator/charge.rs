@@ -61,6 +61,8 @@ impl Orchestrator {
             Err(_) => "error",
         };
         metrics::counter!("chargeguard_charges_total", "outcome" => label).increment(1);
+        // Inside the span: the line carries consumer, operation_key and attempt_id.
+        tracing::info!(outcome = label, "charge answered");
         reply
     }
 
@@ -85,6 +87,7 @@ impl Orchestrator {
             next_check_at: now + chrono_duration(self.settings.recovery_grace),
             now,
         };
+        crate::failpoints::crash_point("charge.before_pending_commit");
         match self.store.insert_pending(&new).await? {
             InsertOutcome::Inserted(attempt) => {
                 tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));

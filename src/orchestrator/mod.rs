@@ -5,6 +5,7 @@
 mod charge;
 mod queries;
 mod round;
+mod sweep;
 mod waiters;
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::store::{AttemptStore, StoreError};
 pub use charge::{ChargeOutcome, ChargeReply};
 pub use queries::{AttemptPage, AttemptSelector};
 pub use round::RoundEnd;
+pub use sweep::{SweepOutcome, SweepSettings};
 pub use waiters::RoundNotifier;
 
 /// Bounds of the charge and reconcile flows. Checked together at start (see `config`).
@@ -42,12 +44,13 @@ pub struct OrchestratorSettings {
     pub lookup_slack: Duration,
     pub list_page_size_default: u32,
     pub list_page_size_max: u32,
+    pub sweep: SweepSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum OrchestratorError {
     #[error(
-        "operation {operation_key:?} was already requested with different {}; \
+        "operation \"{operation_key}\" was already requested with different {}; \
          the stored attempt {attempt_id} is unchanged",
         fields.join(", ")
     )]

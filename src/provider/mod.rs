@@ -6,7 +6,7 @@ mod stripe;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::{AttemptId, ChargeParams, ConsumerName, Failure, IdempotencyKey, OperationKey, PaymentSnapshot};
+use crate::domain::{AttemptId, ChargeParams, ConsumerName, Failure, IdempotencyKey, OperationKey, PaymentSnapshot, RefundSnapshot};
 
 pub use self::stripe::{StripeProvider, StripeProviderConfig};
 
@@ -72,6 +72,14 @@ pub struct PaymentPage {
     pub next_cursor: Option<String>,
 }
 
+/// One page of the refunds list.
+#[derive(Debug, Clone)]
+pub struct RefundPage {
+    pub refunds: Vec<RefundSnapshot>,
+    /// Pass to the next call; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
 #[async_trait]
 pub trait PaymentProvider: Send + Sync + 'static {
     fn name(&self) -> &'static str;
@@ -98,4 +106,12 @@ pub trait PaymentProvider: Send + Sync + 'static {
         cursor: Option<&str>,
         limit: u32,
     ) -> Result<PaymentPage, ProviderError>;
+
+    /// Refunds created in `created` (reports total what the provider returned).
+    async fn list_refunds(
+        &self,
+        created: CreatedRange,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<RefundPage, ProviderError>;
 }

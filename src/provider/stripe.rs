@@ -9,14 +9,15 @@ use stripe_core::payment_intent::{
     CancelPaymentIntent, CreatePaymentIntent, ListPaymentIntent, RetrievePaymentIntent,
     SearchPaymentIntent,
 };
+use stripe_core::refund::ListRefund;
 use stripe_core::{PaymentIntent, PaymentIntentStatus};
 use stripe_types::{Currency as StripeCurrency, RangeBoundsTs, RangeQueryTs};
 
 use super::{
     CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, METADATA_CONSUMER,
-    METADATA_OPERATION_KEY, PaymentPage, PaymentProvider, ProviderError,
+    METADATA_OPERATION_KEY, PaymentPage, PaymentProvider, ProviderError, RefundPage,
 };
-use crate::domain::{AttemptId, Failure, NextAction, PaymentSnapshot, ProviderPaymentStatus};
+use crate::domain::{AttemptId, Failure, NextAction, PaymentSnapshot, ProviderPaymentStatus, RefundSnapshot};
 use crate::secret::Secret;
 
 /// Stripe's largest page.
@@ -165,13 +166,8 @@ impl PaymentProvider for StripeProvider {
         cursor: Option<&str>,
         limit: u32,
     ) -> Result<PaymentPage, ProviderError> {
-        let bounds = RangeBoundsTs {
-            gte: Some(created.from.timestamp()),
-            lte: Some(created.to.timestamp()),
-            ..Default::default()
-        };
         let mut list = ListPaymentIntent::new()
-            .created(RangeQueryTs::Bounds(bounds))
+            .created(created_bounds(created))
             .limit(i64::from(limit.min(PAGE_SIZE_MAX)));
         if let Some(cursor) = cursor {
             list = list.starting_after(cursor);
@@ -180,6 +176,42 @@ impl PaymentProvider for StripeProvider {
         let next_cursor = if page.has_more { page.data.last().map(|i| i.id.to_string()) } else { None };
         Ok(PaymentPage { payments: page.data.iter().map(snapshot).collect(), next_cursor })
     }
+
+    async fn list_refunds(
+        &self,
+        created: CreatedRange,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<RefundPage, ProviderError> {
+        let mut list = ListRefund::new().created(created_bounds(created)).limit(i64::from(limit.min(PAGE_SIZE_MAX)));
+        if let Some(cursor) = cursor {
+            list = list.starting_after(cursor);
+        }
+        let page = list.send(&self.client).await.map_err(classify_read_error)?;
+        let next_cursor = if page.has_more { page.data.last().map(|r| r.id.to_string()) } else { None };
+        let refunds = page
+            .data
+            .iter()
+            .map(|refund| RefundSnapshot {
+                id: refund.id.to_string(),
+                payment_id: refund.payment_intent.as_ref().map(|intent| intent.id().to_string()),
+                status: refund.status.clone().unwrap_or_default(),
+                amount_minor: refund.amount,
+                currency: refund.currency.to_string(),
+                created: timestamp(refund.created),
+            })
+            .collect();
+        Ok(RefundPage { refunds, next_cursor })
+    }
+}
+
+/// `created` inclusive at both ends, in whole seconds as Stripe stores it.
+fn created_bounds(created: CreatedRange) -> RangeQueryTs {
+    RangeQueryTs::Bounds(RangeBoundsTs {
+        gte: Some(created.from.timestamp()),
+        lte: Some(created.to.timestamp()),
+        ..Default::default()
+    })
 }
 
 fn failure_from(api: &ApiErrors, fallback_code: &str) -> Failure {

@@ -104,3 +104,46 @@ async fn wait_for_signal() -> anyhow::Result<()> {
     tokio::signal::ctrl_c().await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser};
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    #[test]
+    fn flags_parse_into_a_config() {
+        Cli::command().debug_assert();
+        let defaults = Cli::try_parse_from(["stripe-sim"]).unwrap().sim;
+        assert_eq!(defaults.listen.to_string(), "127.0.0.1:12111");
+        assert_eq!(defaults.config().api_keys, [DEFAULT_API_KEY]);
+        let cli = Cli::try_parse_from([
+            "stripe-sim",
+            "--api-key",
+            "sk_test_a",
+            "--api-key",
+            "sk_test_b",
+            "--webhook-url",
+            "http://127.0.0.1:9/hook",
+            "--webhook-secret",
+            "whsec_x",
+            "--objects-max",
+            "7",
+        ])
+        .unwrap();
+        let config = cli.sim.config();
+        assert_eq!(config.api_keys, ["sk_test_a", "sk_test_b"]);
+        assert_eq!(
+            config.webhook.map(|target| target.secret),
+            Some("whsec_x".to_owned())
+        );
+        assert_eq!(config.limits.objects_max, 7);
+        assert!(Cli::try_parse_from(["stripe-sim", "--webhook-url", "http://x"]).is_err());
+    }
+}

@@ -223,7 +223,7 @@ impl PaymentIntent {
         let mut error = ApiError::new(402, ErrorType::Card, message).with_code(code);
         error.decline_code = Some(decline_code);
         error.charge = self.latest_charge.clone();
-        error.payment_intent = Some(self.render());
+        error.payment_intent = Some(Box::new(self.render()));
         error
     }
 

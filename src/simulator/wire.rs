@@ -257,7 +257,8 @@ pub struct ApiError {
     pub decline_code: Option<&'static str>,
     pub message: String,
     pub param: Option<String>,
-    pub payment_intent: Option<Value>,
+    /// Boxed: only card errors carry it, and it keeps `Result<_, ApiError>` small.
+    pub payment_intent: Option<Box<Value>>,
     pub charge: Option<String>,
 }
 
@@ -328,7 +329,7 @@ impl ApiError {
             error.insert("param".into(), json!(param));
         }
         if let Some(payment_intent) = &self.payment_intent {
-            error.insert("payment_intent".into(), payment_intent.clone());
+            error.insert("payment_intent".into(), (**payment_intent).clone());
         }
         if let Some(charge) = &self.charge {
             error.insert("charge".into(), json!(charge));

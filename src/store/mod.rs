@@ -3,8 +3,15 @@
 //! Every method is one short statement or transaction: nothing here is ever held open across
 //! a provider call.
 
+pub mod inbox;
+pub mod open;
 pub mod postgres;
+mod postgres_inbox;
+mod row;
+pub mod sqlite;
 pub mod postgres_bench;
+mod postgres_report;
+pub mod report;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -14,7 +21,11 @@ use crate::domain::{
     IdempotencyKey, Lease, LeaseOwner, NextAction, OperationKey,
 };
 
+pub use inbox::InboxStore;
+pub use open::{DatabaseLocation, OpenedStore, open};
 pub use postgres::PostgresStore;
+pub use report::{ReportStore, RunId, StagedPayment};
+pub use sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -49,6 +60,21 @@ pub enum InsertOutcome {
     Inserted(Attempt),
     /// Another call already recorded this operation; its row, untouched.
     Existing(Attempt),
+}
+
+/// After an insert that did nothing: the row that won. The conflict was on the operation (or,
+/// impossibly, on the derived key, which is a function of the operation).
+async fn conflict_winner(
+    store: &(impl AttemptStore + ?Sized),
+    new: &NewAttempt,
+) -> Result<InsertOutcome, StoreError> {
+    match store.find_by_operation(&new.consumer, &new.operation_key).await? {
+        Some(existing) => Ok(InsertOutcome::Existing(existing)),
+        None => Err(StoreError::Corrupt(format!(
+            "insert of operation {:?} conflicted but no row holds it",
+            new.operation_key.as_str()
+        ))),
+    }
 }
 
 /// The outcome of one round with the provider, written by the lease holder.
@@ -135,6 +161,10 @@ pub trait AttemptStore: Send + Sync + 'static {
         now: DateTime<Utc>,
         batch_max: u32,
     ) -> Result<Vec<Attempt>, StoreError>;
+
+    /// When the oldest unfinished (pending or requires_action) attempt was created, if any: the
+    /// sweep's "oldest unfinished age" gauge.
+    async fn oldest_unfinished_created_at(&self) -> Result<Option<DateTime<Utc>>, StoreError>;
 
     /// Cheap round trip for health checks.
     async fn ping(&self) -> Result<(), StoreError>;

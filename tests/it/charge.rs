@@ -1,11 +1,12 @@
-//! The charge path (SEMANTICS.md invariants 1, 3, 4, 5, 6) through the real gRPC server, real
-//! PostgreSQL and the simulator, counting charges at the provider through its ledger.
+//! The charge path (SEMANTICS.md invariants 1, 3, 4, 5, 6) through the real gRPC server, a real
+//! database and the simulator, counting charges at the provider through its ledger. Every test
+//! runs on both stores: `charge::postgres::…` and `charge::sqlite::…`.
 
 use chargeguard::grpc::proto::{self, AttemptStatus, ChargeOutcome, GetAttemptRequest, ListAttemptsRequest, get_attempt_request::Selector};
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
 use tonic::Code;
 
-use crate::support::{BILLING_TOKEN, ORDERS_TOKEN, TestApp, authed, charge_request, error_code, outcome_of, status_of};
+use crate::support::{BILLING_TOKEN, Backend, ORDERS_TOKEN, TestApp, on_both_backends, authed, charge_request, error_code, outcome_of, status_of};
 
 async fn creates_sent(app: &TestApp) -> usize {
     app.sim().requests().await.unwrap().iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").count()
@@ -15,9 +16,8 @@ async fn intents_at_provider(app: &TestApp) -> usize {
     app.sim().ledger().await.unwrap().payment_intents.len()
 }
 
-#[tokio::test]
-async fn first_charge_is_applied_once_with_the_derived_key_and_metadata() {
-    let app = TestApp::spawn().await;
+async fn first_charge_is_applied_once_with_the_derived_key_and_metadata(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let response = app.charge(charge_request("order-1:charge")).await.unwrap();
     assert_eq!(outcome_of(&response), ChargeOutcome::Applied);
     assert_eq!(status_of(&response), AttemptStatus::Succeeded);
@@ -38,9 +38,8 @@ async fn first_charge_is_applied_once_with_the_derived_key_and_metadata() {
     assert_eq!(intent.amount, 1_000);
 }
 
-#[tokio::test]
-async fn a_repeated_call_after_success_returns_the_stored_outcome_and_calls_nothing() {
-    let app = TestApp::spawn().await;
+async fn a_repeated_call_after_success_returns_the_stored_outcome_and_calls_nothing(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let first = app.charge(charge_request("order-2:charge")).await.unwrap();
     let second = app.charge(charge_request("order-2:charge")).await.unwrap();
     assert_eq!(outcome_of(&second), ChargeOutcome::Duplicate);
@@ -49,9 +48,8 @@ async fn a_repeated_call_after_success_returns_the_stored_outcome_and_calls_noth
     assert_eq!(intents_at_provider(&app).await, 1);
 }
 
-#[tokio::test]
-async fn a_decline_is_a_stored_terminal_outcome_not_an_error() {
-    let app = TestApp::spawn().await;
+async fn a_decline_is_a_stored_terminal_outcome_not_an_error(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let mut request = charge_request("order-3:charge");
     request.payment_method = "pm_card_chargeDeclinedInsufficientFunds".into();
     let first = app.charge(request.clone()).await.unwrap();
@@ -65,9 +63,8 @@ async fn a_decline_is_a_stored_terminal_outcome_not_an_error() {
     assert_eq!(creates_sent(&app).await, 1, "the decision is not re-run");
 }
 
-#[tokio::test]
-async fn same_key_with_different_parameters_is_rejected_and_nothing_changes() {
-    let app = TestApp::spawn().await;
+async fn same_key_with_different_parameters_is_rejected_and_nothing_changes(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let first = app.charge(charge_request("order-4:charge")).await.unwrap();
     let mut changed = charge_request("order-4:charge");
     changed.amount_minor = 2_000;
@@ -78,20 +75,12 @@ async fn same_key_with_different_parameters_is_rejected_and_nothing_changes() {
     assert!(error.message().contains("order-4:charge"), "{}", error.message());
     assert!(error.message().contains("amount_minor") && error.message().contains("currency"), "{}", error.message());
 
-    let mut client = app.client().await;
-    let stored = client
-        .get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector: Some(Selector::OperationKey("order-4:charge".into())) }))
-        .await
-        .unwrap()
-        .into_inner()
-        .attempt;
-    assert_eq!(stored, first.attempt);
+    assert_eq!(Some(app.attempt_of("order-4:charge").await), first.attempt);
     assert_eq!(creates_sent(&app).await, 1);
 }
 
-#[tokio::test]
-async fn fifty_concurrent_identical_calls_make_one_provider_object() {
-    let app = TestApp::spawn().await;
+async fn fifty_concurrent_identical_calls_make_one_provider_object(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     // Slow creates keep the first call in flight while the others arrive.
     app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(300), 1)).await.unwrap();
     let calls = (0..50).map(|_| {
@@ -108,9 +97,8 @@ async fn fifty_concurrent_identical_calls_make_one_provider_object() {
     assert_eq!(creates_sent(&app).await, 1);
 }
 
-#[tokio::test]
-async fn a_500_before_apply_leaves_the_attempt_pending_and_the_retry_applies_once() {
-    let app = TestApp::spawn().await;
+async fn a_500_before_apply_leaves_the_attempt_pending_and_the_retry_applies_once(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::FailBeforeApply, 1)).await.unwrap();
     let error = app.charge(charge_request("order-6:charge")).await.unwrap_err();
     assert_eq!(error.code(), Code::Unavailable);
@@ -124,8 +112,8 @@ async fn a_500_before_apply_leaves_the_attempt_pending_and_the_retry_applies_onc
     assert_eq!(intents_at_provider(&app).await, 1);
 }
 
-async fn applied_then_lost_is_adopted_on_retry(kind: FaultKind, operation: &str) {
-    let app = TestApp::spawn().await;
+async fn applied_then_lost_is_adopted_on_retry(backend: Backend, kind: FaultKind, operation: &str) {
+    let app = TestApp::spawn_backend(backend).await;
     app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(kind, 1)).await.unwrap();
     let error = app.charge(charge_request(operation)).await.unwrap_err();
     assert_eq!(error.code(), Code::Unavailable, "{error:?}");
@@ -141,30 +129,20 @@ async fn applied_then_lost_is_adopted_on_retry(kind: FaultKind, operation: &str)
     assert_eq!(replayed, 1, "the retry was answered from the provider's idempotency store");
 }
 
-#[tokio::test]
-async fn apply_then_500_is_adopted_on_retry() {
-    applied_then_lost_is_adopted_on_retry(FaultKind::ApplyThenFail, "order-7:charge").await;
+async fn apply_then_500_is_adopted_on_retry(backend: Backend) {
+    applied_then_lost_is_adopted_on_retry(backend, FaultKind::ApplyThenFail, "order-7:charge").await;
 }
 
-#[tokio::test]
-async fn apply_then_dropped_connection_is_adopted_on_retry() {
-    applied_then_lost_is_adopted_on_retry(FaultKind::ApplyThenDrop, "order-8:charge").await;
+async fn apply_then_dropped_connection_is_adopted_on_retry(backend: Backend) {
+    applied_then_lost_is_adopted_on_retry(backend, FaultKind::ApplyThenDrop, "order-8:charge").await;
 }
 
-#[tokio::test]
-async fn a_provider_timeout_is_an_unknown_outcome() {
-    let app = TestApp::spawn().await;
+async fn a_provider_timeout_is_an_unknown_outcome(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(1_500), 1)).await.unwrap();
     let error = app.charge(charge_request("order-9:charge")).await.unwrap_err();
     assert_eq!(error.code(), Code::Unavailable);
-    let mut client = app.client().await;
-    let stored = client
-        .get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector: Some(Selector::OperationKey("order-9:charge".into())) }))
-        .await
-        .unwrap()
-        .into_inner()
-        .attempt
-        .unwrap();
+    let stored = app.attempt_of("order-9:charge").await;
     assert_eq!(AttemptStatus::try_from(stored.status).unwrap(), AttemptStatus::Pending);
     // The slow create completed at the provider meanwhile; the retry adopts it.
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
@@ -173,9 +151,8 @@ async fn a_provider_timeout_is_an_unknown_outcome() {
     assert_eq!(intents_at_provider(&app).await, 1);
 }
 
-#[tokio::test]
-async fn authentication_required_leaves_the_attempt_waiting_for_the_customer() {
-    let app = TestApp::spawn().await;
+async fn authentication_required_leaves_the_attempt_waiting_for_the_customer(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let mut request = charge_request("order-10:charge");
     request.payment_method = "pm_card_authenticationRequired".into();
     let response = app.charge(request).await.unwrap();
@@ -186,9 +163,8 @@ async fn authentication_required_leaves_the_attempt_waiting_for_the_customer() {
     assert!(attempt.provider_payment_id.starts_with("pi_"));
 }
 
-#[tokio::test]
-async fn callers_must_authenticate_and_see_only_their_own_attempts() {
-    let app = TestApp::spawn().await;
+async fn callers_must_authenticate_and_see_only_their_own_attempts(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     let mut client = app.client().await;
     let missing = client.charge(tonic::Request::new(charge_request("order-11:charge"))).await.unwrap_err();
     assert_eq!(missing.code(), Code::Unauthenticated);
@@ -215,9 +191,8 @@ async fn callers_must_authenticate_and_see_only_their_own_attempts() {
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2);
 }
 
-#[tokio::test]
-async fn each_invalid_field_is_named_and_nothing_is_written_or_charged() {
-    let app = TestApp::spawn().await;
+async fn each_invalid_field_is_named_and_nothing_is_written_or_charged(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     type Edit = fn(&mut proto::ChargeRequest);
     let cases: Vec<(&str, Edit)> = vec![
         ("operation_key", |r| r.operation_key = String::new()),
@@ -250,9 +225,8 @@ async fn each_invalid_field_is_named_and_nothing_is_written_or_charged() {
     assert!(app.sim().requests().await.unwrap().is_empty(), "nothing sent to the provider");
 }
 
-#[tokio::test]
-async fn attempts_are_listed_newest_first_in_bounded_pages() {
-    let app = TestApp::spawn().await;
+async fn attempts_are_listed_newest_first_in_bounded_pages(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     for index in 0..5 {
         let mut request = charge_request(&format!("order-list-{index}"));
         if index == 2 {
@@ -299,3 +273,19 @@ async fn attempts_are_listed_newest_first_in_bounded_pages() {
         .unwrap_err();
     assert!(bad_token.message().contains("page_token"));
 }
+
+on_both_backends!(
+    first_charge_is_applied_once_with_the_derived_key_and_metadata,
+    a_repeated_call_after_success_returns_the_stored_outcome_and_calls_nothing,
+    a_decline_is_a_stored_terminal_outcome_not_an_error,
+    same_key_with_different_parameters_is_rejected_and_nothing_changes,
+    fifty_concurrent_identical_calls_make_one_provider_object,
+    a_500_before_apply_leaves_the_attempt_pending_and_the_retry_applies_once,
+    apply_then_500_is_adopted_on_retry,
+    apply_then_dropped_connection_is_adopted_on_retry,
+    a_provider_timeout_is_an_unknown_outcome,
+    authentication_required_leaves_the_attempt_waiting_for_the_customer,
+    callers_must_authenticate_and_see_only_their_own_attempts,
+    each_invalid_field_is_named_and_nothing_is_written_or_charged,
+    attempts_are_listed_newest_first_in_bounded_pages,
+);

@@ -1,10 +1,17 @@
 //! The one integration-test binary: every test drives the real servers over real sockets
-//! against a real PostgreSQL database and the in-process Stripe simulator.
+//! against a real database (PostgreSQL, or the embedded SQLite file where a test says so) and
+//! the in-process Stripe simulator.
 
 mod support;
 
 mod bench;
 mod charge;
+mod embedded;
 mod insert_race;
+mod ops;
+mod recovery;
+mod reports;
 mod simulator;
+mod store;
 mod store_pool;
+mod webhooks;

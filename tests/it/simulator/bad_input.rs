@@ -36,20 +36,23 @@ async fn send(
     (status, field("param"), field("code"))
 }
 
+/// Method, path, body, idempotency key; expected status, `param` and `code`.
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    Option<&'a str>,
+    u16,
+    Option<&'a str>,
+    Option<&'a str>,
+);
+
 #[tokio::test]
 async fn bad_input_is_a_400_naming_the_param() {
     let sim = Sim::start().await;
     let create = "/v1/payment_intents";
     let long_key = "k".repeat(256);
-    let cases: &[(
-        &str,
-        &str,
-        &str,
-        Option<&str>,
-        u16,
-        Option<&str>,
-        Option<&str>,
-    )] = &[
+    let cases: &[Case] = &[
         (
             "POST",
             create,

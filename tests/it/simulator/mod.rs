@@ -105,3 +105,13 @@ pub fn api_error(error: StripeError) -> (Box<stripe::ApiErrors>, u16) {
         other => panic!("expected a Stripe error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn shutdown_stops_serving() {
+    let sim = Sim::start().await;
+    let addr = sim.handle.local_addr();
+    // The sim clock starts at real time.
+    assert!((sim.control.now().await.unwrap() - chrono::Utc::now().timestamp()).abs() <= 5);
+    sim.handle.shutdown().await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}

@@ -1,9 +1,16 @@
-//! A fresh PostgreSQL database per test, dropped when the test ends. Databases left behind by a
-//! crashed test process are dropped by the next run.
+//! A fresh database per test: a PostgreSQL database dropped when the test ends (databases left
+//! behind by a crashed test process are dropped by the next run), or a SQLite file in a
+//! temporary directory removed with it.
 
-use std::sync::OnceLock;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
+use chargeguard::config::Config;
+use chargeguard::secret::Secret;
+use chargeguard::store::AttemptStore;
 use sqlx::{Connection, Executor, PgConnection};
+
+use super::Backend;
 
 /// Override with CHARGEGUARD_TEST_DATABASE_ADMIN_URL to test against another server.
 pub fn admin_url() -> String {
@@ -12,16 +19,35 @@ pub fn admin_url() -> String {
 }
 
 const PREFIX: &str = "cg_it_";
+const SQLITE_FILE: &str = "chargeguard.sqlite";
 
 pub struct TestDatabase {
+    pub backend: Backend,
+    /// The PostgreSQL database's name, or the SQLite file's path.
     pub name: String,
+    /// `postgres://…/name` or `sqlite://path`: what a child `chargeguard` process is given as
+    /// CHARGEGUARD_DATABASE__URL.
     pub url: String,
+    /// Holds the SQLite file; removed (with the file) when the database is dropped.
+    sqlite_dir: Option<tempfile::TempDir>,
 }
 
 static LEFTOVERS_DROPPED: OnceLock<()> = OnceLock::new();
 
 impl TestDatabase {
+    /// A fresh PostgreSQL database.
     pub async fn create() -> Self {
+        Self::create_on(Backend::Postgres).await
+    }
+
+    pub async fn create_on(backend: Backend) -> Self {
+        match backend {
+            Backend::Postgres => Self::create_postgres().await,
+            Backend::Sqlite => Self::create_sqlite(),
+        }
+    }
+
+    async fn create_postgres() -> Self {
         let mut admin = PgConnection::connect(&admin_url())
             .await
             .expect("PostgreSQL must run on 127.0.0.1:5432 (see README: .ci/run starts it)");
@@ -32,7 +58,57 @@ impl TestDatabase {
         admin.execute(format!(r#"CREATE DATABASE "{name}""#).as_str()).await.expect("create test database");
         let base = admin_url();
         let url = format!("{}/{name}", base.rsplit_once('/').expect("url has a database").0);
-        Self { name, url }
+        Self { backend: Backend::Postgres, name, url, sqlite_dir: None }
+    }
+
+    /// Only the directory: the app creates the file, as it does on a first run.
+    fn create_sqlite() -> Self {
+        let dir = tempfile::Builder::new().prefix("cg_it_sqlite_").tempdir().expect("temporary directory");
+        let path = dir.path().join(SQLITE_FILE);
+        let name = path.display().to_string();
+        Self { backend: Backend::Sqlite, url: format!("sqlite://{name}"), name, sqlite_dir: Some(dir) }
+    }
+
+    /// The SQLite file, for SQLite databases.
+    pub fn sqlite_path(&self) -> Option<PathBuf> {
+        self.sqlite_dir.as_ref().map(|dir| dir.path().join(SQLITE_FILE))
+    }
+
+    /// Points `config` at this database: PostgreSQL by URL; SQLite as the embedded default
+    /// (no URL, `database.sqlite_path`), which is what a first run uses.
+    pub fn configure(&self, config: &mut Config) {
+        match self.sqlite_path() {
+            None => config.database.url = Some(Secret::new(&self.url)),
+            Some(path) => {
+                config.database.url = None;
+                config.database.sqlite_path = path;
+            }
+        }
+    }
+
+    /// The store itself, migrated, through the same `store::open` the service uses.
+    pub async fn open_store(&self) -> Arc<dyn AttemptStore> {
+        let mut config = Config::default();
+        self.configure(&mut config);
+        let opened = chargeguard::store::open(&config.database).await.expect("store opens");
+        opened.migrate().await.expect("migrations apply");
+        opened.into_store()
+    }
+
+    /// Rows in payment_attempts, counted in the database itself.
+    pub async fn attempt_rows(&self) -> i64 {
+        let query = "SELECT count(*) FROM payment_attempts";
+        match self.sqlite_path() {
+            None => {
+                let mut connection = PgConnection::connect(&self.url).await.unwrap();
+                sqlx::query_scalar(query).fetch_one(&mut connection).await.unwrap()
+            }
+            Some(path) => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path).read_only(true);
+                let mut connection = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
+                sqlx::query_scalar(query).fetch_one(&mut connection).await.unwrap()
+            }
+        }
     }
 }
 
@@ -54,6 +130,9 @@ async fn drop_leftovers(admin: &mut PgConnection) {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
+        if self.backend != Backend::Postgres {
+            return;
+        }
         let name = self.name.clone();
         // Drop runs outside async context; a short-lived thread with its own runtime does the
         // cleanup so a failed assertion still removes the database.

@@ -1,6 +1,12 @@
-//! Spawns the real application: a fresh PostgreSQL database, the in-process Stripe simulator on
-//! port 0, chargeguard's gRPC and HTTP servers on port 0, and a real async-stripe client inside.
+//! Spawns the real application: a fresh database (PostgreSQL by default, or the embedded SQLite
+//! file: see `Backend`), the in-process Stripe simulator on port 0, chargeguard's gRPC and HTTP
+//! servers on port 0, and a real async-stripe client inside.
 
+// Helpers shared by every test module; not every module uses each of them.
+#![allow(dead_code)]
+
+pub mod attempts;
+mod backend;
 pub mod database;
 
 use std::sync::Arc;
@@ -10,7 +16,7 @@ use chargeguard::clock::OffsetClock;
 use chargeguard::config::{Config, ConsumerConfig};
 use chargeguard::grpc::hash_token;
 use chargeguard::grpc::proto::payments_client::PaymentsClient;
-use chargeguard::grpc::proto::{self, ChargeRequest, ChargeResponse};
+use chargeguard::grpc::proto::{self, ChargeRequest, ChargeResponse, GetAttemptRequest, get_attempt_request};
 use chargeguard::secret::Secret;
 use chargeguard::simulator::{self, SimControl, SimulatorConfig, SimulatorHandle};
 use chargeguard::startup::Application;
@@ -19,6 +25,8 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
+pub use backend::Backend;
+pub(crate) use backend::on_both_backends;
 pub use database::TestDatabase;
 
 pub const ORDERS_TOKEN: &str = "orders-token-0123456789";
@@ -32,8 +40,29 @@ pub struct TestApp {
     pub simulator: SimulatorHandle,
     pub clock: Arc<OffsetClock>,
     pub orchestrator: chargeguard::orchestrator::Orchestrator,
+    server: RunningServer,
+}
+
+/// The app's server task; stopped when dropped, so a failed assertion stops it too.
+struct RunningServer {
     shutdown: CancellationToken,
-    server: Option<JoinHandle<anyhow::Result<()>>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl RunningServer {
+    /// Stops accepting calls, lets in-flight ones finish, and waits (bounded) for the server.
+    async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
 }
 
 /// Short timeouts so that tests of unknown outcomes and leases run in seconds.
@@ -48,6 +77,8 @@ pub fn test_config(database_url: &str, simulator_url: &str) -> Config {
     config.charge.lease_ms = 2_500;
     config.charge.recovery_grace_ms = 2_500;
     config.charge.concurrent_wait_ms = 5_000;
+    // Tests drive the sweep with `try_sweep_once()`; a scheduled pass would race their counts.
+    config.sweep.enabled = false;
     config.consumers = vec![
         ConsumerConfig { name: "orders".into(), token_sha256: hash_token(ORDERS_TOKEN) },
         ConsumerConfig { name: "billing".into(), token_sha256: hash_token(BILLING_TOKEN) },
@@ -60,9 +91,18 @@ impl TestApp {
         Self::spawn_with(|_| {}).await
     }
 
+    /// On PostgreSQL.
     pub async fn spawn_with(customize: impl FnOnce(&mut Config)) -> Self {
+        Self::spawn_backend_with(Backend::Postgres, customize).await
+    }
+
+    pub async fn spawn_backend(backend: Backend) -> Self {
+        Self::spawn_backend_with(backend, |_| {}).await
+    }
+
+    pub async fn spawn_backend_with(backend: Backend, customize: impl FnOnce(&mut Config)) -> Self {
         let simulator = spawn_simulator(SimulatorConfig::default()).await;
-        let database = TestDatabase::create().await;
+        let database = TestDatabase::create_on(backend).await;
         Self::spawn_on(database, simulator, customize).await
     }
 
@@ -72,15 +112,24 @@ impl TestApp {
         customize: impl FnOnce(&mut Config),
     ) -> Self {
         let mut config = test_config(&database.url, &simulator.base_url());
+        database.configure(&mut config);
         customize(&mut config);
         let clock = Arc::new(OffsetClock::default());
         let app = Application::build(config, clock.clone()).await.expect("application builds");
         let grpc_addr = app.grpc_addr();
         let http_addr = app.http_addr();
         let orchestrator = app.orchestrator().clone();
-        let shutdown = app.shutdown_token();
-        let server = tokio::spawn(app.run());
-        Self { grpc_addr, http_addr, database, simulator, clock, orchestrator, shutdown, server: Some(server) }
+        let server = RunningServer { shutdown: app.shutdown_token(), task: Some(tokio::spawn(app.run())) };
+        Self { grpc_addr, http_addr, database, simulator, clock, orchestrator, server }
+    }
+
+    /// Stops the app and starts a new one on the same database and simulator (the default test
+    /// configuration): what survives is what the database kept.
+    pub async fn restart(self) -> Self {
+        let TestApp { database, simulator, server, orchestrator, .. } = self;
+        server.stop().await;
+        drop(orchestrator);
+        Self::spawn_on(database, simulator, |_| {}).await
     }
 
     pub fn sim(&self) -> SimControl {
@@ -102,25 +151,21 @@ impl TestApp {
         client.charge(authed(token, request)).await.map(|response| response.into_inner())
     }
 
-    /// Rows in payment_attempts, counted in the database itself.
+    /// The `orders` consumer's attempt for `operation_key`, read through GetAttempt.
+    pub async fn attempt_of(&self, operation_key: &str) -> proto::Attempt {
+        let selector = Some(get_attempt_request::Selector::OperationKey(operation_key.to_owned()));
+        let mut client = self.client().await;
+        let response = client.get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector })).await;
+        response.expect("the attempt exists").into_inner().attempt.expect("an attempt")
+    }
+
+    /// Rows in payment_attempts, counted in the database itself (either backend).
     pub async fn attempt_rows(&self) -> i64 {
-        let pool = sqlx::PgPool::connect(&self.database.url).await.unwrap();
-        let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM payment_attempts").fetch_one(&pool).await.unwrap();
-        pool.close().await;
-        count
+        self.database.attempt_rows().await
     }
 
-    pub async fn stop(mut self) {
-        self.shutdown.cancel();
-        if let Some(server) = self.server.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), server).await;
-        }
-    }
-}
-
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
+    pub async fn stop(self) {
+        self.server.stop().await;
     }
 }
 

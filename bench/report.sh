@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Measures `chargeguard report` over ATTEMPTS (default 100,000) charge attempts and as many
+# provider objects, plus seeded discrepancies: wall time and peak RSS (/usr/bin/time -v) of the
+# CSV, JSON and HTML runs. Needs PostgreSQL on 127.0.0.1:5432 (trust, user postgres), python3,
+# and /usr/bin/time. Writes its figures to standard output; BENCHMARKS.md records a run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ATTEMPTS=${ATTEMPTS:-100000}
+MISSING=${MISSING:-100}
+PORT=${PORT:-12131}
+DB=cg_bench_report
+ADMIN_URL=postgres://postgres@127.0.0.1:5432/postgres
+WORK=$(mktemp -d)
+
+cargo build --release --quiet
+BIN=target/release/chargeguard
+
+psql -q "$ADMIN_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
+export CHARGEGUARD_DATABASE__URL=postgres://postgres@127.0.0.1:5432/$DB
+export CHARGEGUARD_PROVIDER__API_KEY=sk_test_chargeguard
+export CHARGEGUARD_PROVIDER__BASE_URL=http://127.0.0.1:$PORT/
+"$BIN" migrate >/dev/null
+
+# Room for every object (the default bound is 100,000 objects).
+"$BIN" stripe-sim --listen 127.0.0.1:$PORT --objects-max $((ATTEMPTS * 2 + 10000)) \
+    --search-lag-seconds 0 >"$WORK/sim.log" 2>&1 &
+SIM_PID=$!
+trap 'kill $SIM_PID 2>/dev/null; rm -rf "$WORK"' EXIT
+for _ in $(seq 50); do
+    curl -sf "http://127.0.0.1:$PORT/_sim/clock" >/dev/null && break
+    sleep 0.1
+done
+
+seed_started=$(date +%s)
+START=$(python3 bench/report_seed.py --port "$PORT" --attempts "$ATTEMPTS")
+echo "seeded $ATTEMPTS provider objects in $(( $(date +%s) - seed_started )) s (sim time from $START)"
+
+# The attempts, on the objects' timeline: 100 per 605 s of sim time, a week in all; plus
+# MISSING succeeded attempts the provider never saw.
+psql -q "$CHARGEGUARD_DATABASE__URL" <<SQL
+INSERT INTO payment_attempts (id, consumer, operation_key, kind, amount_minor, currency,
+    payment_method, fingerprint, status, provider, provider_status, idempotency_key,
+    key_window_started_at, next_check_at, created_at, updated_at)
+SELECT md5('bench-' || i)::uuid, 'bench', 'bench-' || i, 'charge', 1000, 'usd', 'pm_card_visa',
+       'bench', 'succeeded', 'stripe', 'succeeded', 'bench-key-' || i, at, at, at, at
+FROM generate_series(0, $ATTEMPTS + $MISSING - 1) AS i,
+     LATERAL (SELECT to_timestamp($START + (i / 100) * 605 + (i % 100) * 0.01) AS at) AS timeline;
+ANALYZE payment_attempts;
+SQL
+
+FROM=$(date -u -d "@$((START - 60))" +%Y-%m-%dT%H:%M:%SZ)
+TO=$(date -u -d "@$((START + ATTEMPTS / 100 * 605 + 3600))" +%Y-%m-%dT%H:%M:%SZ)
+echo "period $FROM .. $TO"
+for format in csv json html; do
+    set +e
+    /usr/bin/time -v "$BIN" report --from "$FROM" --to "$TO" --format $format \
+        --output "$WORK/report.$format" 2>"$WORK/time.$format"
+    code=$?
+    set -e
+    field() { grep "$1" "$WORK/time.$format" | awk '{print $NF}'; }
+    size=$(stat -c %s "$WORK/report.$format")
+    echo "format=$format exit=$code wall=$(field 'Elapsed (wall clock)') user_s=$(field 'User time') \
+sys_s=$(field 'System time') peak_rss_kib=$(field 'Maximum resident set size') output_bytes=$size"
+    # The staging phase (provider listing, join, summary pass), from the report's own log.
+    grep -o 'report prepared.*' "$WORK/time.$format" | sed 's/\x1b\[[0-9;]*m//g' || true
+    grep -E '^  (double_charge|missing_at_provider|orphan|amount_mismatch|matched) ' "$WORK/time.$format" || true
+done

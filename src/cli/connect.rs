@@ -1,0 +1,119 @@
+//! Finding the token and opening the authenticated channel.
+
+use std::path::Path;
+
+use tonic::Status;
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+use super::{CONNECT_TIMEOUT, ClientArgs};
+use crate::embedded::{DEMO_TOKEN_FILE_DEFAULT, TokenFileError, read_token_file};
+use crate::grpc::proto::payments_client::PaymentsClient;
+use crate::secret::Secret;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{0}")]
+    Usage(String),
+    #[error(
+        "no token: set CHARGEGUARD_TOKEN, or pass --token-file FILE (a first-run server keeps its \
+         demo token in {DEMO_TOKEN_FILE_DEFAULT} of its working directory)"
+    )]
+    NoToken,
+    #[error(transparent)]
+    TokenFile(#[from] TokenFileError),
+    #[error("cannot reach chargeguard at {server}: {detail}")]
+    Unreachable { server: String, detail: String },
+    #[error("{}", .0.message())]
+    Status(#[from] Status),
+}
+
+impl ClientError {
+    /// Whether the same command is safe to send again (SEMANTICS.md: unknown is not failure).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Unreachable { .. } => true,
+            ClientError::Status(status) => status.code() == tonic::Code::Unavailable,
+            ClientError::Usage(_) | ClientError::NoToken | ClientError::TokenFile(_) => false,
+        }
+    }
+}
+
+pub type Client = PaymentsClient<InterceptedService<Channel, Authorization>>;
+
+/// Adds `authorization: Bearer …` to every call. The value is marked sensitive, so it is left
+/// out of any debug output of the request.
+#[derive(Clone)]
+pub struct Authorization(AsciiMetadataValue);
+
+impl tonic::service::Interceptor for Authorization {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        request
+            .metadata_mut()
+            .insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+pub async fn client(args: &ClientArgs) -> Result<Client, ClientError> {
+    let token = token(args)?;
+    let mut header: AsciiMetadataValue =
+        MetadataValue::try_from(format!("Bearer {}", token.expose()))
+            .map_err(|_| ClientError::Usage("the token must be printable ASCII".to_owned()))?;
+    header.set_sensitive(true);
+    let server = with_scheme(&args.server);
+    let unreachable = |detail: String| ClientError::Unreachable {
+        server: server.clone(),
+        detail,
+    };
+    let endpoint = Endpoint::from_shared(server.clone())
+        .map_err(|error| ClientError::Usage(format!("--server {server:?} is not a URL: {error}")))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(std::time::Duration::from_millis(args.timeout_ms));
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|error| unreachable(source_chain(&error)))?;
+    Ok(PaymentsClient::with_interceptor(
+        channel,
+        Authorization(header),
+    ))
+}
+
+/// `--token` (or CHARGEGUARD_TOKEN), else `--token-file` (or CHARGEGUARD_TOKEN_FILE), else the
+/// demo token file of a first-run server in this directory.
+fn token(args: &ClientArgs) -> Result<Secret, ClientError> {
+    if let Some(token) = args.token.as_deref().filter(|token| !token.is_empty()) {
+        return Ok(Secret::new(token));
+    }
+    if let Some(path) = &args.token_file {
+        return Ok(read_token_file(path)?);
+    }
+    let demo = Path::new(DEMO_TOKEN_FILE_DEFAULT);
+    if demo.exists() {
+        return Ok(read_token_file(demo)?);
+    }
+    Err(ClientError::NoToken)
+}
+
+/// `127.0.0.1:50051` means `http://127.0.0.1:50051`.
+fn with_scheme(server: &str) -> String {
+    if server.contains("://") {
+        server.to_owned()
+    } else {
+        format!("http://{server}")
+    }
+}
+
+/// tonic's transport errors say little at the top ("transport error"); the cause is below.
+fn source_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,197 @@
+//! The first-run demo consumer. When `serve` starts with no consumers configured and charges
+//! the built-in simulator (no real money can move), it authenticates one consumer, `demo`,
+//! whose random token lives in a file only the user can read. The token is never logged or
+//! printed: the CLI client reads the same file, so the quickstart needs no token handling.
+//! With a real provider key or any configured consumer, none of this happens.
+
+use std::io::{ErrorKind, Read, Write};
+use std::path::Path;
+
+use rand::RngCore;
+
+use crate::config::ConsumerConfig;
+use crate::grpc::hash_token;
+use crate::secret::Secret;
+
+/// Where the demo token is kept unless `embedded.demo_token_file` says otherwise; relative to
+/// the working directory of `serve` (and of the CLI client, which reads it).
+pub const DEMO_TOKEN_FILE_DEFAULT: &str = "chargeguard-data/demo-token";
+/// The consumer name the demo token authenticates.
+pub const DEMO_CONSUMER: &str = "demo";
+/// Random bytes in a demo token (hex-encoded in the file).
+const DEMO_TOKEN_BYTES: usize = 32;
+/// A token file larger than this is not a token file.
+const TOKEN_FILE_BYTES_MAX: u64 = 4_096;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("cannot read token file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot create token file {path}: {source}")]
+    Create {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "token file {path} can be read by other users (mode {mode:o}); run `chmod 600 {path}` or delete it"
+    )]
+    TooOpen { path: String, mode: u32 },
+    #[error("token file {path} does not hold a token (empty, too long or not printable ASCII)")]
+    Malformed { path: String },
+}
+
+/// The demo consumer, creating its token file (mode 0600, in a 0700 directory) on first use and
+/// reusing it afterwards, so a token a user exported keeps working across restarts.
+pub fn demo_consumer(path: &Path) -> Result<ConsumerConfig, TokenFileError> {
+    let token = match read_token_file(path) {
+        Ok(token) => token,
+        Err(TokenFileError::Read { source, .. }) if source.kind() == ErrorKind::NotFound => {
+            create_token_file(path)?
+        }
+        Err(error) => return Err(error),
+    };
+    Ok(ConsumerConfig {
+        name: DEMO_CONSUMER.to_owned(),
+        token_sha256: hash_token(token.expose()),
+    })
+}
+
+/// Reads a token from a file that only its owner can read.
+pub fn read_token_file(path: &Path) -> Result<Secret, TokenFileError> {
+    let display = path.display().to_string();
+    let read_error = |source| TokenFileError::Read {
+        path: display.clone(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    refuse_open_permissions(&file, &display)?;
+    let mut contents = String::new();
+    file.take(TOKEN_FILE_BYTES_MAX + 1)
+        .read_to_string(&mut contents)
+        .map_err(read_error)?;
+    let token = contents.trim();
+    let printable = token.bytes().all(|b| b.is_ascii_graphic());
+    if token.is_empty() || !printable || contents.len() as u64 > TOKEN_FILE_BYTES_MAX {
+        return Err(TokenFileError::Malformed { path: display });
+    }
+    Ok(Secret::new(token))
+}
+
+#[cfg(unix)]
+fn refuse_open_permissions(file: &std::fs::File, path: &str) -> Result<(), TokenFileError> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = file.metadata().map_err(|source| TokenFileError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(TokenFileError::TooOpen {
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn refuse_open_permissions(_file: &std::fs::File, _path: &str) -> Result<(), TokenFileError> {
+    Ok(())
+}
+
+fn create_token_file(path: &Path) -> Result<Secret, TokenFileError> {
+    let display = path.display().to_string();
+    let create_error = |source| TokenFileError::Create {
+        path: display.clone(),
+        source,
+    };
+    if let Some(parent) = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(parent).map_err(create_error)?;
+    }
+    let mut bytes = [0u8; DEMO_TOKEN_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let token = format!("cg_demo_{}", hex::encode(bytes));
+    let mut options = std::fs::OpenOptions::new();
+    // create_new: two servers starting at once never overwrite each other's token.
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = match options.open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == ErrorKind::AlreadyExists => return read_token_file(path),
+        Err(error) => return Err(create_error(error)),
+    };
+    file.write_all(format!("{token}\n").as_bytes())
+        .map_err(create_error)?;
+    file.sync_all().map_err(create_error)?;
+    Ok(Secret::new(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn creates_a_private_token_once_and_reuses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/demo-token");
+        let first = demo_consumer(&path).unwrap();
+        let again = demo_consumer(&path).unwrap();
+        assert_eq!(first.name, DEMO_CONSUMER);
+        assert_eq!(first.token_sha256, again.token_sha256);
+        let token = read_token_file(&path).unwrap();
+        assert_eq!(hash_token(token.expose()), first.token_sha256);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn refuses_a_token_file_others_can_read() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "cg_demo_abc\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(matches!(
+            read_token_file(&path),
+            Err(TokenFileError::TooOpen { .. })
+        ));
+        assert!(
+            demo_consumer(&path).is_err(),
+            "a readable token is never adopted"
+        );
+    }
+
+    #[test]
+    fn refuses_an_empty_token_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        assert!(matches!(
+            read_token_file(&path),
+            Err(TokenFileError::Malformed { .. })
+        ));
+    }
+}

@@ -1,0 +1,212 @@
+//! Storage of provider events (`webhook_inbox`, `webhook_dedup`): the durable inbox between the
+//! webhook endpoint, which only verifies and stores, and the worker, which applies events to
+//! attempts at its own pace. Implemented for PostgreSQL in `postgres_inbox.rs`.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::StoreError;
+use crate::domain::{Attempt, AttemptId, AttemptStatus, Failure, NextAction};
+
+/// A verified event about to be stored.
+#[derive(Debug, Clone)]
+pub struct NewInboxEvent {
+    pub event_id: String,
+    pub event_type: String,
+    pub object_id: Option<String>,
+    pub event_created_at: DateTime<Utc>,
+    /// The raw body, exactly as signed.
+    pub payload: String,
+    pub received_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InboxInsert {
+    Inserted,
+    /// The same event id was received before: a redelivery, stored once.
+    AlreadyReceived,
+}
+
+/// The identity of one worker pass holding claims on inbox rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimOwner(Uuid);
+
+impl ClaimOwner {
+    pub fn new() -> Self {
+        Self(Uuid::new_v4())
+    }
+    pub fn as_uuid(self) -> Uuid {
+        self.0
+    }
+}
+
+impl Default for ClaimOwner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A claim on a batch: the rows stay this owner's until `expires_at`; after that another worker
+/// may take them, so a worker that died mid-batch loses nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    pub owner: ClaimOwner,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// An unprocessed event as claimed by a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxEvent {
+    pub event_id: String,
+    pub event_type: String,
+    pub object_id: Option<String>,
+    pub event_created_at: DateTime<Utc>,
+    pub payload: String,
+    pub received_at: DateTime<Utc>,
+    /// How many times the row was claimed, this claim included.
+    pub claim_count: u32,
+}
+
+/// What processing an event came to; stored on the inbox row and counted by event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InboxOutcome {
+    /// The attempt moved forward.
+    Applied,
+    /// Another, distinct event for the same (object, event type) was processed first.
+    Duplicate,
+    /// The event would not move the attempt forward (older news, or no change).
+    Stale,
+    /// No attempt is known for the event's object (or the object is not one chargeguard tracks,
+    /// such as refunds): kept and counted, never dropped.
+    UnknownObject,
+    /// The event names an attempt that already adopted another provider object: the attempt is
+    /// flagged for review, its state is not changed.
+    Conflict,
+    /// Verified at the endpoint, but its object could not be read.
+    Unreadable,
+}
+
+impl InboxOutcome {
+    pub const ALL: [InboxOutcome; 6] = [
+        InboxOutcome::Applied,
+        InboxOutcome::Duplicate,
+        InboxOutcome::Stale,
+        InboxOutcome::UnknownObject,
+        InboxOutcome::Conflict,
+        InboxOutcome::Unreadable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InboxOutcome::Applied => "applied",
+            InboxOutcome::Duplicate => "duplicate",
+            InboxOutcome::Stale => "stale",
+            InboxOutcome::UnknownObject => "unknown_object",
+            InboxOutcome::Conflict => "conflict",
+            InboxOutcome::Unreadable => "unreadable",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|outcome| outcome.as_str() == value)
+    }
+}
+
+/// A forward move of an attempt, computed from the event's object by `domain::resolve_snapshot`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaymentUpdate {
+    pub attempt_id: AttemptId,
+    pub provider_payment_id: String,
+    pub provider_status: String,
+    pub status: AttemptStatus,
+    pub failure: Option<Failure>,
+    pub next_action: Option<NextAction>,
+    /// Overwrites the attempt's review reason only when set.
+    pub review_reason: Option<String>,
+}
+
+/// What the worker decided for one event; the store applies it atomically with the
+/// de-duplication and the processed mark.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement {
+    /// Move the attempt forward if the database agrees it is a forward move: `Applied`, else
+    /// `Stale`.
+    Apply(PaymentUpdate),
+    /// Flag the attempt for review without changing its state: `Conflict`.
+    Flag {
+        attempt_id: AttemptId,
+        review_reason: String,
+    },
+    /// Only record the outcome (`UnknownObject`, `Unreadable`).
+    Record {
+        outcome: InboxOutcome,
+        detail: Option<String>,
+    },
+}
+
+/// One event's processing, as the claim holder asks the store to commit it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettleEvent {
+    pub event_id: String,
+    pub owner: ClaimOwner,
+    /// `(object id, event type)`: a second distinct event with the same key is a duplicate.
+    /// `None` when the event has no readable object.
+    pub dedup_key: Option<(String, String)>,
+    pub settlement: Settlement,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboxStats {
+    pub unprocessed: u64,
+    pub oldest_unprocessed_received_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PruneCounts {
+    pub inbox_rows: u64,
+    pub dedup_rows: u64,
+}
+
+#[async_trait]
+pub trait InboxStore: Send + Sync + 'static {
+    /// Stores a verified event keyed by its id (`ON CONFLICT DO NOTHING`) and commits.
+    async fn insert_event(&self, event: &NewInboxEvent) -> Result<InboxInsert, StoreError>;
+
+    /// Claims up to `batch_max` unprocessed rows, oldest first, whose claims are free or expired
+    /// at `now`. Concurrent workers never get the same row.
+    async fn claim_events(
+        &self,
+        claim: Claim,
+        now: DateTime<Utc>,
+        batch_max: u32,
+    ) -> Result<Vec<InboxEvent>, StoreError>;
+
+    /// The attempt that owns the provider object `provider_payment_id`, else the attempt whose
+    /// id the object's metadata names.
+    async fn find_attempt_for_payment(
+        &self,
+        provider_payment_id: &str,
+        attempt_id: Option<AttemptId>,
+    ) -> Result<Option<Attempt>, StoreError>;
+
+    /// In one transaction: checks that `settle.owner` still holds the row's claim, records the
+    /// de-duplication key (or finds the event a duplicate), applies the settlement (the status
+    /// guard is the database's: `WHERE status = ANY(allowed sources)`, no attempt lease needed)
+    /// and marks the row processed. `None` when the claim was lost to another worker: nothing
+    /// was written.
+    async fn settle_event(&self, settle: &SettleEvent) -> Result<Option<InboxOutcome>, StoreError>;
+
+    async fn inbox_stats(&self) -> Result<InboxStats, StoreError>;
+
+    /// Deletes at most `batch_max` processed inbox rows and at most `batch_max` de-duplication
+    /// keys received before `cutoff`. Unprocessed rows are never deleted.
+    async fn prune_processed(
+        &self,
+        cutoff: DateTime<Utc>,
+        batch_max: u32,
+    ) -> Result<PruneCounts, StoreError>;
+}

@@ -1,0 +1,240 @@
+//! Drains the inbox at chargeguard's own pace: claims a bounded batch of unprocessed events
+//! (`SKIP LOCKED`, with a claim that expires so a worker killed mid-batch loses nothing), decides
+//! each one from its object and the attempt it names, and settles it in one transaction.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::decision;
+use super::event::{Subject, parse_subject};
+use crate::clock::Clock;
+use crate::store::StoreError;
+use crate::store::inbox::{
+    Claim, ClaimOwner, InboxEvent, InboxOutcome, InboxStore, SettleEvent, Settlement,
+};
+
+/// Batches drained per tick before the worker sleeps again, so one tick is bounded even when
+/// the inbox keeps filling.
+pub const DRAIN_BATCHES_PER_TICK_MAX: u32 = 100;
+
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerSettings {
+    pub batch_max: u32,
+    /// How long a claimed batch stays the worker's; after that another worker may finish it.
+    pub claim_duration: Duration,
+    pub interval: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettledEvent {
+    pub event_id: String,
+    pub event_type: String,
+    pub outcome: InboxOutcome,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    pub settled: Vec<SettledEvent>,
+    /// Events whose claim another worker took meanwhile; they settled nothing here.
+    pub claims_lost: usize,
+    /// Events left claimed because a row they touch is corrupt (see the error log).
+    pub unsettled: usize,
+}
+
+impl BatchReport {
+    pub fn count(&self, outcome: InboxOutcome) -> usize {
+        self.settled
+            .iter()
+            .filter(|settled| settled.outcome == outcome)
+            .count()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainOutcome {
+    /// Nothing was claimable.
+    EmptyInbox,
+    Batch(BatchReport),
+}
+
+#[derive(Clone)]
+pub struct InboxWorker {
+    store: Arc<dyn InboxStore>,
+    clock: Arc<dyn Clock>,
+    settings: WorkerSettings,
+}
+
+impl InboxWorker {
+    pub fn new(
+        store: Arc<dyn InboxStore>,
+        clock: Arc<dyn Clock>,
+        settings: WorkerSettings,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            settings,
+        }
+    }
+
+    /// Claims and settles one batch. An unavailable database stops the batch: the events it did
+    /// not settle stay claimed until their claim expires, then any worker takes them again.
+    pub async fn try_drain_once(&self) -> Result<DrainOutcome, StoreError> {
+        let now = self.clock.now();
+        let claim = Claim {
+            owner: ClaimOwner::new(),
+            expires_at: now
+                + chrono::Duration::from_std(self.settings.claim_duration)
+                    .unwrap_or(chrono::Duration::MAX),
+        };
+        let events = self
+            .store
+            .claim_events(claim, now, self.settings.batch_max)
+            .await?;
+        if events.is_empty() {
+            self.observe_depth().await?;
+            return Ok(DrainOutcome::EmptyInbox);
+        }
+        let mut report = BatchReport::default();
+        for event in events {
+            if event.claim_count > 1 {
+                tracing::warn!(event_id = %event.event_id, claims = event.claim_count,
+                    "webhook event claimed again: an earlier worker stopped before settling it");
+            }
+            match self.settle_one(&event, claim.owner).await {
+                Ok(Some(outcome)) => report.settled.push(SettledEvent {
+                    event_id: event.event_id,
+                    event_type: event.event_type,
+                    outcome,
+                }),
+                Ok(None) => {
+                    metrics::counter!("chargeguard_webhook_claims_lost_total").increment(1);
+                    report.claims_lost += 1;
+                }
+                // A row that breaks the schema's rules will not read better on the next try:
+                // leave this event claimed (it comes back after the claim, and the age gauge
+                // shows it) and go on with the batch rather than let it block the inbox.
+                Err(StoreError::Corrupt(error)) => {
+                    tracing::error!(event_id = %event.event_id, %error, "webhook event not settled");
+                    metrics::counter!("chargeguard_webhook_settle_errors_total").increment(1);
+                    report.unsettled += 1;
+                }
+                Err(error) => return Err(error),
+            }
+            crate::failpoints::crash_point("webhook.mid_batch");
+        }
+        self.observe_depth().await?;
+        Ok(DrainOutcome::Batch(report))
+    }
+
+    /// Decides and settles one event; `None` when another worker took its claim meanwhile.
+    async fn settle_one(
+        &self,
+        event: &InboxEvent,
+        owner: ClaimOwner,
+    ) -> Result<Option<InboxOutcome>, StoreError> {
+        let settlement = self.decide(event).await?;
+        let settle = SettleEvent {
+            event_id: event.event_id.clone(),
+            owner,
+            dedup_key: event
+                .object_id
+                .clone()
+                .map(|object_id| (object_id, event.event_type.clone())),
+            settlement,
+            now: self.clock.now(),
+        };
+        let outcome = self.store.settle_event(&settle).await?;
+        if let Some(outcome) = outcome {
+            record(event, &settle.settlement, outcome);
+        }
+        Ok(outcome)
+    }
+
+    async fn decide(&self, event: &InboxEvent) -> Result<Settlement, StoreError> {
+        match parse_subject(&event.event_type, &event.payload) {
+            Err(error) => Ok(decision::unreadable(&error)),
+            Ok(Subject::Untracked) => Ok(decision::untracked(&event.event_type)),
+            Ok(Subject::Payment {
+                snapshot,
+                attempt_id,
+            }) => {
+                let attempt = self
+                    .store
+                    .find_attempt_for_payment(&snapshot.id, attempt_id)
+                    .await?;
+                Ok(decision::for_payment(
+                    &event.event_id,
+                    &snapshot,
+                    attempt.as_ref(),
+                ))
+            }
+        }
+    }
+
+    /// The alert gauges: an inbox that stops draining is an outage that looks like silence.
+    async fn observe_depth(&self) -> Result<(), StoreError> {
+        let stats = self.store.inbox_stats().await?;
+        let age_seconds = stats
+            .oldest_unprocessed_received_at
+            .map(|oldest| (self.clock.now() - oldest).num_milliseconds().max(0) as f64 / 1_000.0)
+            .unwrap_or(0.0);
+        metrics::gauge!("chargeguard_webhook_inbox_depth").set(stats.unprocessed as f64);
+        metrics::gauge!("chargeguard_webhook_inbox_oldest_age_seconds").set(age_seconds);
+        Ok(())
+    }
+
+    /// Every `interval`, drains until the inbox is empty (bounded per tick). Stops between
+    /// batches when `shutdown` is cancelled; a batch cut short is finished by the next worker.
+    pub async fn run(self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(self.settings.interval) => {}
+            }
+            for _ in 0..DRAIN_BATCHES_PER_TICK_MAX {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                match self.try_drain_once().await {
+                    Ok(DrainOutcome::EmptyInbox) => break,
+                    Ok(DrainOutcome::Batch(_)) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "webhook inbox drain failed; retrying next tick");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn record(event: &InboxEvent, settlement: &Settlement, outcome: InboxOutcome) {
+    metrics::counter!("chargeguard_webhook_events_total",
+        "event_type" => event.event_type.clone(), "outcome" => outcome.as_str())
+    .increment(1);
+    let review_reason = match (settlement, outcome) {
+        (Settlement::Apply(update), InboxOutcome::Applied) => update.review_reason.as_deref(),
+        (Settlement::Flag { review_reason, .. }, InboxOutcome::Conflict) => {
+            Some(review_reason.as_str())
+        }
+        _ => None,
+    };
+    if let Some(reason) = review_reason {
+        tracing::error!(event_id = %event.event_id, reason = %reason, "attempt needs review");
+        metrics::counter!("chargeguard_attempts_flagged_total").increment(1);
+        if reason.starts_with("double charge") {
+            metrics::counter!("chargeguard_double_charges_found_total").increment(1);
+        }
+    }
+    match outcome {
+        InboxOutcome::UnknownObject | InboxOutcome::Unreadable => {
+            tracing::info!(event_id = %event.event_id, event_type = %event.event_type,
+                outcome = outcome.as_str(), "webhook event kept without an attempt to apply it to");
+        }
+        _ => tracing::debug!(event_id = %event.event_id, event_type = %event.event_type,
+            outcome = outcome.as_str(), "webhook event settled"),
+    }
+}

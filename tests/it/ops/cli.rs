@@ -1,0 +1,256 @@
+//! The CLI client (`chargeguard charge`, `attempt get`, `attempt list`) as a user runs it: the
+//! built binary against a running server, tokens from the environment, tables and JSON out.
+
+use std::process::Output;
+
+use serde_json::Value;
+
+use super::process::{command, free_addr};
+use crate::support::{ORDERS_TOKEN, TestApp};
+
+/// Runs the CLI with `CHARGEGUARD_TOKEN=token` against the app.
+async fn cli(app: &TestApp, token: &str, args: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = command(dir.path());
+    command
+        .args(args)
+        .args(["--server", &format!("http://{}", app.grpc_addr)])
+        .env("CHARGEGUARD_TOKEN", token);
+    command.output().await.unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "exit {}; stderr:\n{}",
+        output.status,
+        stderr(output)
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("{error}: {}", stdout(output)))
+}
+
+const CHARGE: [&str; 12] = [
+    "charge",
+    "--operation",
+    "order-cli:charge",
+    "--amount",
+    "2500",
+    "--currency",
+    "usd",
+    "--payment-method",
+    "pm_card_visa",
+    "--metadata",
+    "order=cli",
+    "--json",
+];
+
+#[tokio::test]
+async fn charge_and_duplicate_through_the_cli_then_get_and_list() {
+    let app = TestApp::spawn().await;
+    let first = json(&cli(&app, ORDERS_TOKEN, &CHARGE).await);
+    assert_eq!(first["outcome"], "applied");
+    assert_eq!(first["attempt"]["status"], "succeeded");
+    assert_eq!(first["attempt"]["amount_minor"], 2500);
+    assert_eq!(first["attempt"]["metadata"]["order"], "cli");
+    let attempt_id = first["attempt"]["attempt_id"].as_str().unwrap().to_owned();
+
+    let again = json(&cli(&app, ORDERS_TOKEN, &CHARGE).await);
+    assert_eq!(again["outcome"], "duplicate");
+    assert_eq!(again["attempt"]["attempt_id"], attempt_id.as_str());
+    assert_eq!(
+        app.sim().ledger().await.unwrap().payment_intents.len(),
+        1,
+        "charged once"
+    );
+
+    let by_operation = json(
+        &cli(
+            &app,
+            ORDERS_TOKEN,
+            &[
+                "attempt",
+                "get",
+                "--operation",
+                "order-cli:charge",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(by_operation["attempt_id"], attempt_id.as_str());
+    let by_id = cli(&app, ORDERS_TOKEN, &["attempt", "get", "--id", &attempt_id]).await;
+    assert!(by_id.status.success(), "{}", stderr(&by_id));
+    let table = stdout(&by_id);
+    assert!(
+        table
+            .lines()
+            .any(|line| line.starts_with("status") && line.trim_end().ends_with("succeeded")),
+        "{table}"
+    );
+    assert!(table.contains("order-cli:charge"), "{table}");
+
+    let list = cli(
+        &app,
+        ORDERS_TOKEN,
+        &["attempt", "list", "--status", "succeeded"],
+    )
+    .await;
+    assert!(list.status.success(), "{}", stderr(&list));
+    let table = stdout(&list);
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().starts_with("ATTEMPT ID"), "{table}");
+    let row = lines.next().unwrap();
+    assert!(
+        row.contains(&attempt_id) && row.contains("succeeded") && row.contains("2500 usd"),
+        "{table}"
+    );
+    let none = json(
+        &cli(
+            &app,
+            ORDERS_TOKEN,
+            &["attempt", "list", "--status", "failed", "--json"],
+        )
+        .await,
+    );
+    assert_eq!(none["attempts"], Value::Array(vec![]));
+    let later = json(
+        &cli(
+            &app,
+            ORDERS_TOKEN,
+            &[
+                "attempt",
+                "list",
+                "--from",
+                "2999-01-01T00:00:00Z",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(
+        later["attempts"],
+        Value::Array(vec![]),
+        "--from filters by creation time"
+    );
+    let window = [
+        "attempt",
+        "list",
+        "--from",
+        "2000-01-01T00:00:00Z",
+        "--to",
+        "2999-01-01T00:00:00Z",
+        "--page-size",
+        "1",
+        "--json",
+    ];
+    let window = json(&cli(&app, ORDERS_TOKEN, &window).await);
+    assert_eq!(window["attempts"][0]["attempt_id"], attempt_id.as_str());
+
+    for output in [&by_id, &list] {
+        assert!(
+            !stdout(output).contains(ORDERS_TOKEN) && !stderr(output).contains(ORDERS_TOKEN),
+            "the token is never echoed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn refusals_print_status_message_and_error_code_and_exit_non_zero() {
+    let app = TestApp::spawn().await;
+    json(&cli(&app, ORDERS_TOKEN, &CHARGE).await);
+    let mut changed = CHARGE;
+    changed[4] = "9999";
+    let mismatch = cli(&app, ORDERS_TOKEN, &changed).await;
+    assert_eq!(mismatch.status.code(), Some(1));
+    let text = stderr(&mismatch);
+    assert!(text.starts_with("error: FAILED_PRECONDITION: "), "{text}");
+    assert!(
+        text.contains("order-cli:charge") && text.contains("amount_minor"),
+        "{text}"
+    );
+    assert!(
+        text.contains("chargeguard-error-code: operation_mismatch"),
+        "{text}"
+    );
+    assert!(text.contains("chargeguard-attempt-id: "), "{text}");
+    assert!(stdout(&mismatch).is_empty());
+
+    let wrong_token = "not-a-known-token-4711";
+    let refused = cli(&app, wrong_token, &["attempt", "list"]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    let text = stderr(&refused);
+    assert!(
+        text.contains("UNAUTHENTICATED")
+            && text.contains("chargeguard-error-code: unauthenticated"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(wrong_token),
+        "the token is never echoed: {text}"
+    );
+
+    let invalid = cli(
+        &app,
+        ORDERS_TOKEN,
+        &["attempt", "get", "--id", "not-a-uuid"],
+    )
+    .await;
+    assert_eq!(invalid.status.code(), Some(1));
+    assert!(
+        stderr(&invalid).contains("INVALID_ARGUMENT"),
+        "{}",
+        stderr(&invalid)
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_retryable_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = command(dir.path())
+        .args([
+            "attempt",
+            "list",
+            "--server",
+            &format!("http://{}", free_addr()),
+        ])
+        .env("CHARGEGUARD_TOKEN", ORDERS_TOKEN)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(75),
+        "EX_TEMPFAIL; stderr:\n{}",
+        stderr(&output)
+    );
+    assert!(
+        stderr(&output).contains("cannot reach chargeguard"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[tokio::test]
+async fn without_a_token_the_cli_says_where_to_get_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = command(dir.path())
+        .args(["attempt", "list", "--server", "http://127.0.0.1:9"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("CHARGEGUARD_TOKEN"),
+        "{}",
+        stderr(&output)
+    );
+}

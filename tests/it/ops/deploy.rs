@@ -1,0 +1,328 @@
+//! deploy/ checked offline (there is no Docker engine or cluster here): every YAML file parses,
+//! the Kubernetes objects have what operations rely on (gRPC health probes, a migration Job,
+//! Secrets referenced and never inlined), image names agree, and the Dockerfile builds with the
+//! README's command as a non-root multi-stage image.
+
+use std::path::{Path, PathBuf};
+
+use chargeguard::startup::LIVENESS_SERVICE;
+use yaml_rust2::{Yaml, YamlLoader};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const README: &str = include_str!("../../../README.md");
+
+fn image() -> String {
+    format!("chargeguard:{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn yaml_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            yaml_files(&path, found);
+        } else if path
+            .extension()
+            .is_some_and(|ext| ext == "yaml" || ext == "yml")
+        {
+            found.push(path);
+        }
+    }
+}
+
+/// Every document of every YAML file under deploy/, with the file it came from.
+fn documents() -> Vec<(PathBuf, Yaml)> {
+    let mut files = Vec::new();
+    yaml_files(&Path::new(ROOT).join("deploy"), &mut files);
+    assert!(!files.is_empty());
+    files
+        .into_iter()
+        .flat_map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let docs = YamlLoader::load_from_str(&text)
+                .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            docs.into_iter().map(move |doc| (path.clone(), doc))
+        })
+        .collect()
+}
+
+fn kind(doc: &Yaml) -> &str {
+    doc["kind"].as_str().unwrap_or_default()
+}
+
+fn of_kind<'a>(docs: &'a [(PathBuf, Yaml)], wanted: &str) -> Vec<&'a Yaml> {
+    docs.iter()
+        .map(|(_, doc)| doc)
+        .filter(|doc| kind(doc) == wanted)
+        .collect()
+}
+
+fn strings(list: &Yaml) -> Vec<&str> {
+    list.as_vec()
+        .map(|items| items.iter().filter_map(Yaml::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Pod templates of Deployments, Jobs and CronJobs.
+fn pod_specs(doc: &Yaml) -> Vec<&Yaml> {
+    match kind(doc) {
+        "Deployment" | "Job" => vec![&doc["spec"]["template"]["spec"]],
+        "CronJob" => vec![&doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]],
+        _ => vec![],
+    }
+}
+
+fn looks_secret(name: &str) -> bool {
+    [
+        "PASSWORD",
+        "API_KEY",
+        "TOKEN",
+        "SECRET",
+        "DATABASE__URL",
+        "CONSUMERS",
+    ]
+    .iter()
+    .any(|word| name.contains(word))
+}
+
+#[test]
+fn every_yaml_file_parses_and_kubernetes_objects_are_complete() {
+    let docs = documents();
+    for (path, doc) in &docs {
+        assert!(
+            !doc.is_badvalue() && !doc.is_null(),
+            "{} has an empty document",
+            path.display()
+        );
+    }
+    let k8s: Vec<(PathBuf, Yaml)> = docs
+        .iter()
+        .filter(|(path, _)| path.starts_with(Path::new(ROOT).join("deploy/k8s")))
+        .cloned()
+        .collect();
+    for (path, doc) in &k8s {
+        let kind = kind(doc);
+        assert!(!kind.is_empty(), "{}: no kind", path.display());
+        if kind != "Kustomization" {
+            assert!(
+                doc["apiVersion"].as_str().is_some(),
+                "{}: no apiVersion",
+                path.display()
+            );
+            assert!(
+                doc["metadata"]["name"].as_str().is_some(),
+                "{}: no metadata.name",
+                path.display()
+            );
+        }
+        assert_ne!(
+            kind,
+            "Secret",
+            "{}: Secrets are created outside the manifests, never inlined",
+            path.display()
+        );
+    }
+
+    let deployments = of_kind(&k8s, "Deployment");
+    assert_eq!(deployments.len(), 1);
+    let pod = &deployments[0]["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let grpc_port = container["ports"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|port| port["name"].as_str() == Some("grpc"))
+        .unwrap()["containerPort"]
+        .as_i64()
+        .unwrap();
+    let readiness = &container["readinessProbe"]["grpc"];
+    let liveness = &container["livenessProbe"]["grpc"];
+    assert_eq!(
+        readiness["port"].as_i64(),
+        Some(grpc_port),
+        "readiness probes gRPC health on the gRPC port"
+    );
+    assert_eq!(
+        liveness["port"].as_i64(),
+        Some(grpc_port),
+        "liveness probes gRPC health on the gRPC port"
+    );
+    assert_eq!(
+        readiness["service"].as_str(),
+        Some("chargeguard.v1.Payments"),
+        "ready means the database answers"
+    );
+    assert_eq!(
+        liveness["service"].as_str(),
+        Some(LIVENESS_SERVICE),
+        "a database outage must not restart pods"
+    );
+    let grace_s = pod["terminationGracePeriodSeconds"].as_i64().unwrap();
+    let config_map = of_kind(&k8s, "ConfigMap");
+    let toml_text = config_map[0]["data"]["chargeguard.toml"].as_str().unwrap();
+    let config: chargeguard::config::Config =
+        toml::from_str(toml_text).expect("the ConfigMap's chargeguard.toml is a valid Config");
+    config.validate().unwrap();
+    assert!(
+        (grace_s as u64) * 1_000 > config.server.shutdown_grace_ms,
+        "the pod outlives the drain"
+    );
+    assert_eq!(config.server.grpc_listen.port() as i64, grpc_port);
+    assert!(
+        !config.database.migrate_on_start,
+        "the Job migrates, replicas do not race to"
+    );
+
+    let services = of_kind(&k8s, "Service");
+    assert!(
+        services[0]["spec"]["ports"]
+            .as_vec()
+            .unwrap()
+            .iter()
+            .any(|port| port["port"].as_i64() == Some(grpc_port))
+    );
+    let jobs = of_kind(&k8s, "Job");
+    assert!(jobs.iter().any(|job| strings(
+        &job["spec"]["template"]["spec"]["containers"][0]["args"]
+    ) == ["migrate"]));
+    let cron_jobs = of_kind(&k8s, "CronJob");
+    let sweep_args = strings(
+        &cron_jobs[0]["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"],
+    );
+    assert!(sweep_args.ends_with(&["sweep", "--once"]), "{sweep_args:?}");
+
+    for (path, doc) in &k8s {
+        for pod in pod_specs(doc) {
+            assert_eq!(
+                pod["securityContext"]["runAsNonRoot"].as_bool(),
+                Some(true),
+                "{}",
+                path.display()
+            );
+            for container in pod["containers"].as_vec().unwrap() {
+                assert_eq!(
+                    container["image"].as_str(),
+                    Some(image().as_str()),
+                    "{}",
+                    path.display()
+                );
+                for env in container["env"].as_vec().into_iter().flatten() {
+                    let name = env["name"].as_str().unwrap();
+                    if looks_secret(name) {
+                        assert!(
+                            env["value"].is_badvalue(),
+                            "{}: {name} is inlined",
+                            path.display()
+                        );
+                        assert!(
+                            env["valueFrom"]["secretKeyRef"]["name"].as_str().is_some(),
+                            "{}: {name} must come from a Secret",
+                            path.display()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn compose_runs_postgres_chargeguard_and_the_simulator_with_secrets_from_the_environment() {
+    let text = std::fs::read_to_string(Path::new(ROOT).join("deploy/docker-compose.yml")).unwrap();
+    let compose = &YamlLoader::load_from_str(&text).unwrap()[0];
+    let services = &compose["services"];
+    assert!(
+        services["postgres"]["image"]
+            .as_str()
+            .unwrap()
+            .starts_with("postgres:")
+    );
+    let simulator = &services["stripe-sim"];
+    let chargeguard = &services["chargeguard"];
+    assert_eq!(simulator["image"].as_str(), Some(image().as_str()));
+    assert_eq!(chargeguard["image"].as_str(), Some(image().as_str()));
+    assert_eq!(strings(&simulator["command"])[0], "stripe-sim");
+    assert_eq!(strings(&chargeguard["command"]), ["serve"]);
+    assert_eq!(
+        simulator["build"]["dockerfile"].as_str(),
+        Some("deploy/Dockerfile")
+    );
+    let base_url = chargeguard["environment"]["CHARGEGUARD_PROVIDER__BASE_URL"]
+        .as_str()
+        .unwrap();
+    assert!(base_url.starts_with("http://stripe-sim:"), "{base_url}");
+    assert!(
+        base_url.ends_with('/'),
+        "async-stripe needs the trailing slash: {base_url}"
+    );
+    for service in ["postgres", "chargeguard"] {
+        let environment = services[service]["environment"].as_hash().unwrap();
+        for (name, value) in environment {
+            let (name, value) = (name.as_str().unwrap(), value.as_str().unwrap_or_default());
+            if looks_secret(name) {
+                assert!(
+                    value.contains("${"),
+                    "{service}: {name} must come from the environment, not the file"
+                );
+            }
+        }
+    }
+}
+
+/// The command in the code block after `<!-- build-command -->` in the README.
+fn readme_build_command() -> &'static str {
+    let (_, after) = README
+        .split_once("<!-- build-command -->")
+        .expect("README marks its build command");
+    after
+        .lines()
+        .skip_while(|line| !line.starts_with("```"))
+        .nth(1)
+        .unwrap()
+        .trim()
+}
+
+#[test]
+fn the_dockerfile_builds_with_the_readme_command_into_a_non_root_runtime_stage() {
+    let dockerfile = std::fs::read_to_string(Path::new(ROOT).join("deploy/Dockerfile")).unwrap();
+    let instructions: Vec<&str> = dockerfile
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect();
+    let stages: Vec<usize> = instructions
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| line.starts_with("FROM "))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(stages.len() >= 2, "multi-stage");
+    let (build, runtime) = instructions.split_at(*stages.last().unwrap());
+    let build_command = readme_build_command();
+    assert!(
+        build_command.starts_with("cargo build --release"),
+        "{build_command}"
+    );
+    assert!(
+        build.contains(&format!("RUN {build_command}").as_str()),
+        "the build stage runs `{build_command}`"
+    );
+    assert!(runtime.iter().any(
+        |line| line.starts_with("COPY --from=") && line.contains("target/release/chargeguard")
+    ));
+    let user = runtime
+        .iter()
+        .rev()
+        .find_map(|line| line.strip_prefix("USER "))
+        .expect("the runtime stage sets a user");
+    let uid = user.split(':').next().unwrap();
+    assert!(uid != "root" && uid != "0", "runs as {user}");
+    assert!(
+        runtime
+            .iter()
+            .any(|line| line.starts_with("ENTRYPOINT") && line.contains("chargeguard"))
+    );
+    assert!(
+        !runtime.iter().any(|line| line.starts_with("RUN cargo")),
+        "no toolchain in the runtime image"
+    );
+}

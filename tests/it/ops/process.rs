@@ -1,0 +1,183 @@
+//! `chargeguard` as a child process: the built binary, a clean environment (no CHARGEGUARD_…
+//! variables leak in from the test's own), free ports passed by flag, stderr collected.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_chargeguard");
+
+/// How long a child server gets to answer its first health check (2 shared cores, migrations).
+const READY_POLLS_MAX: u32 = 2_400;
+const READY_POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A command for the binary with no CHARGEGUARD_… variables from the test's environment.
+pub fn command(cwd: &Path) -> Command {
+    let mut command = Command::new(BINARY);
+    command
+        .current_dir(cwd)
+        .kill_on_drop(true)
+        .stdin(Stdio::null());
+    for (name, _) in std::env::vars() {
+        if name.starts_with("CHARGEGUARD_") || name == "RUST_LOG" || name == "FAILPOINTS" {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// A port nobody listens on right now (bound, then released).
+pub fn free_addr() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+pub struct ServeProcess {
+    child: Child,
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl ServeProcess {
+    /// Starts `chargeguard [global…] serve --grpc-listen … --http-listen …` in `cwd`.
+    pub fn start(mut command: Command, global_args: &[&str]) -> Self {
+        let grpc_addr = free_addr();
+        let http_addr = free_addr();
+        command
+            .args(global_args)
+            .args([
+                "serve",
+                "--grpc-listen",
+                &grpc_addr.to_string(),
+                "--http-listen",
+                &http_addr.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("chargeguard binary starts");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(pipe).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut sink = sink.lock().unwrap();
+                sink.push_str(&line);
+                sink.push('\n');
+            }
+        });
+        Self {
+            child,
+            grpc_addr,
+            http_addr,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("child still running")
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Polls gRPC health until the service answers SERVING; fails with the child's stderr if it
+    /// exits first.
+    pub async fn wait_ready(&mut self) {
+        for _ in 0..READY_POLLS_MAX {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "chargeguard serve exited with {status} before serving; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            if health(self.grpc_addr, "chargeguard.v1.Payments").await
+                == Some(ServingStatus::Serving)
+            {
+                return;
+            }
+            tokio::time::sleep(READY_POLL_INTERVAL).await;
+        }
+        panic!(
+            "chargeguard serve never became ready; stderr:\n{}",
+            self.stderr()
+        );
+    }
+
+    /// SIGTERM, as Kubernetes and systemd stop a service.
+    pub fn terminate(&self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        let status = self.child.wait().await.unwrap();
+        // Let the reader drain what the process wrote last.
+        tokio::task::yield_now().await;
+        status
+    }
+}
+
+/// Runs `serve` expecting it to refuse to start; returns its stderr.
+pub async fn failed_start(command: Command, global_args: &[&str]) -> String {
+    let mut server = ServeProcess::start(command, global_args);
+    let exit = server.wait_exit().await;
+    let stderr = server.stderr();
+    assert!(!exit.success(), "serve started; stderr:\n{stderr}");
+    stderr
+}
+
+/// One health check; `None` when the server does not answer (yet).
+pub async fn health(addr: SocketAddr, service: &str) -> Option<ServingStatus> {
+    let mut client = HealthClient::new(channel(addr).await.ok()?);
+    let response = client
+        .check(HealthCheckRequest {
+            service: service.to_owned(),
+        })
+        .await
+        .ok()?;
+    ServingStatus::try_from(response.into_inner().status).ok()
+}
+
+/// A plaintext gRPC channel (the health and reflection clients come without `connect`).
+pub async fn channel(
+    addr: SocketAddr,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .expect("valid URL")
+        .connect()
+        .await
+}
+
+/// Writes `chargeguard.toml` into `dir` and returns its path.
+pub fn write_config(dir: &Path, toml: &str) -> std::path::PathBuf {
+    let path = dir.join("chargeguard.toml");
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// `[[consumers]]` entries for the given (name, token) pairs.
+pub fn consumers_toml(consumers: &[(&str, &str)]) -> String {
+    consumers
+        .iter()
+        .map(|(name, token)| {
+            format!(
+                "[[consumers]]\nname = \"{name}\"\ntoken_sha256 = \"{}\"\n",
+                chargeguard::grpc::hash_token(token)
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,210 @@
+//! A real `chargeguard` process (the binary built with `--features failpoints`) pointed at a
+//! test's database and simulator. With a crash point configured through FAILPOINTS it exits on
+//! the spot when it reaches it, like a kill -9: no reply, no cleanup.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chargeguard::failpoints::CRASH_EXIT_CODE;
+use chargeguard::grpc::hash_token;
+use chargeguard::grpc::proto::payments_client::PaymentsClient;
+use chargeguard::grpc::proto::{ChargeRequest, ChargeResponse};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, Command};
+
+use crate::support::{ORDERS_TOKEN, SIM_API_KEY, TestApp, authed};
+
+/// Upper bound on a child's start or its run to a crash point; only a hung child reaches it.
+const CHILD_WAIT_MAX: Duration = Duration::from_secs(120);
+/// How often to look whether the database has ended a dead child's sessions.
+const SESSION_POLL: Duration = Duration::from_millis(20);
+
+/// The `[sweep]` section of the child's configuration.
+pub enum ChildSweep {
+    Off,
+    /// Scheduled every second, so the job starts at once.
+    EverySecond {
+        batch_max: u32,
+        concurrency_max: u32,
+    },
+}
+
+pub struct ChildProcess {
+    process: Child,
+    /// The child's `application_name` in PostgreSQL, to see its sessions.
+    session_name: String,
+    database_url: String,
+    grpc_addr: Option<SocketAddr>,
+    stderr: Arc<Mutex<Vec<String>>>,
+    _config: tempfile::NamedTempFile,
+}
+
+fn config_toml(app: &TestApp, session_name: &str, sweep: &ChildSweep) -> String {
+    let sweep = match sweep {
+        ChildSweep::Off => "enabled = false".to_owned(),
+        ChildSweep::EverySecond { batch_max, concurrency_max } => format!(
+            "enabled = true\nschedule = \"* * * * * *\"\nbatch_max = {batch_max}\nconcurrency_max = {concurrency_max}"
+        ),
+    };
+    // Leases of a minute: long enough that the dead process's rows stay its own while a test
+    // looks at them (tests move the in-process app's clock past them).
+    format!(
+        r#"[server]
+grpc_listen = "127.0.0.1:0"
+http_listen = "127.0.0.1:0"
+
+[database]
+url = "{database}?application_name={session_name}"
+
+[provider]
+api_key = "{SIM_API_KEY}"
+base_url = "{simulator}"
+call_timeout_ms = 1000
+
+[charge]
+lease_ms = 60000
+recovery_grace_ms = 60000
+
+[sweep]
+{sweep}
+
+[[consumers]]
+name = "orders"
+token_sha256 = "{token}"
+"#,
+        database = app.database.url,
+        simulator = app.simulator.base_url(),
+        token = hash_token(ORDERS_TOKEN),
+    )
+}
+
+/// Keeps reading the child's log so that it never blocks on a full pipe.
+fn drain(
+    stderr: ChildStderr,
+    lines: Arc<Mutex<Vec<String>>>,
+    mut ready: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+) {
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = reader.next_line().await {
+            if let Some(addr) = serving_addr(&line) {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(addr);
+                }
+            }
+            lines.lock().unwrap().push(line);
+        }
+    });
+}
+
+/// The gRPC address from the JSON log line `serve` writes once it listens.
+fn serving_addr(line: &str) -> Option<SocketAddr> {
+    let event: serde_json::Value = serde_json::from_str(line).ok()?;
+    if event.get("message")?.as_str()? != "chargeguard serving" {
+        return None;
+    }
+    event.get("grpc")?.as_str()?.parse().ok()
+}
+
+impl ChildProcess {
+    /// Starts `chargeguard serve` with `failpoint` armed and waits until it listens.
+    pub async fn serve(app: &TestApp, failpoint: &str, sweep: ChildSweep) -> Self {
+        let mut child = Self::start(app, failpoint, sweep);
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        drain(child.process.stderr.take().unwrap(), child.stderr.clone(), Some(ready_tx));
+        match tokio::time::timeout(CHILD_WAIT_MAX, ready_rx).await {
+            Ok(Ok(addr)) => child.grpc_addr = Some(addr),
+            _ => panic!("chargeguard serve did not start:\n{}", child.log()),
+        }
+        child
+    }
+
+    /// Starts `chargeguard serve` with `failpoint` armed without waiting for it to listen (for
+    /// a child that reaches its crash point by itself).
+    pub fn serve_unattended(app: &TestApp, failpoint: &str, sweep: ChildSweep) -> Self {
+        let mut child = Self::start(app, failpoint, sweep);
+        drain(child.process.stderr.take().unwrap(), child.stderr.clone(), None);
+        child
+    }
+
+    fn start(app: &TestApp, failpoint: &str, sweep: ChildSweep) -> Self {
+        let session_name = format!("chargeguard-child-{}", uuid::Uuid::new_v4().simple());
+        let mut config = tempfile::NamedTempFile::new().unwrap();
+        config.write_all(config_toml(app, &session_name, &sweep).as_bytes()).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_chargeguard"));
+        for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("CHARGEGUARD_")) {
+            command.env_remove(name);
+        }
+        let process = command
+            .arg("--config")
+            .arg(config.path())
+            .args(["--log-format", "json", "serve"])
+            .env("FAILPOINTS", format!("{failpoint}=return"))
+            .env("RUST_LOG", "info,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the chargeguard binary starts");
+        Self {
+            process,
+            session_name,
+            database_url: app.database.url.clone(),
+            grpc_addr: None,
+            stderr: Arc::new(Mutex::new(Vec::new())),
+            _config: config,
+        }
+    }
+
+    /// Sends `Charge` as the `orders` consumer to the child.
+    pub async fn charge(&self, request: ChargeRequest) -> Result<ChargeResponse, tonic::Status> {
+        let endpoint = format!("http://{}", self.grpc_addr.expect("started with serve()"));
+        let mut client =
+            PaymentsClient::connect(endpoint).await.expect("gRPC connects to the child");
+        client.charge(authed(ORDERS_TOKEN, request)).await.map(|response| response.into_inner())
+    }
+
+    /// Waits for the child to exit and checks that it stopped at its crash point.
+    pub async fn expect_crash(mut self) {
+        let status = match tokio::time::timeout(CHILD_WAIT_MAX, self.process.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => panic!("the child never reached its crash point:\n{}", self.log()),
+        };
+        assert_eq!(status.code(), Some(CRASH_EXIT_CODE), "child log:\n{}", self.log());
+        self.wait_for_sessions_to_end().await;
+    }
+
+    /// A statement the child sent just before it died still runs, and may commit, in its
+    /// server session; the database ends the session only after that. Until then the dead
+    /// process can still change rows, so tests look only once its sessions are gone.
+    async fn wait_for_sessions_to_end(&self) {
+        let pool = sqlx::PgPool::connect(&self.database_url).await.unwrap();
+        let gone = async {
+            loop {
+                let (sessions,): (i64,) = sqlx::query_as(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                )
+                .bind(&self.session_name)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                if sessions == 0 {
+                    return;
+                }
+                tokio::time::sleep(SESSION_POLL).await;
+            }
+        };
+        if tokio::time::timeout(CHILD_WAIT_MAX, gone).await.is_err() {
+            panic!("the database kept the dead child's sessions");
+        }
+        pool.close().await;
+    }
+
+    fn log(&self) -> String {
+        self.stderr.lock().unwrap().join("\n")
+    }
+}

@@ -1,0 +1,147 @@
+//! Recovery (issue 4): the sweep, the provider's 24-hour key window, crash points. Every check
+//! of money is made at the provider, through the simulator's ledger and request log.
+
+mod child;
+mod concurrency;
+mod crash;
+mod key_window;
+mod outage;
+
+use std::time::Duration;
+
+use chargeguard::clock::Clock;
+use chargeguard::domain::{Attempt, AttemptStatus, ConsumerName, Lease, LeaseOwner, OperationKey};
+use chargeguard::grpc::proto::{self, GetAttemptRequest, get_attempt_request::Selector};
+use chargeguard::orchestrator::SweepOutcome;
+use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, RequestLogEntry};
+use futures::StreamExt;
+use uuid::Uuid;
+
+use crate::support::attempts::{insert_new, pending_attempt};
+use crate::support::{ORDERS_TOKEN, TestApp, authed, charge_request, error_code};
+
+/// Passes a test may need to drain what is due; more means rows are being claimed again.
+const SWEEP_PASSES_MAX: usize = 50;
+
+pub fn orders() -> ConsumerName {
+    ConsumerName::parse("orders").unwrap()
+}
+
+/// The row of one of the `orders` consumer's operations, read from the store.
+pub async fn stored(app: &TestApp, operation: &str) -> Attempt {
+    let operation_key = OperationKey::parse(operation).unwrap();
+    app.orchestrator
+        .store()
+        .find_by_operation(&orders(), &operation_key)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("no attempt for {operation}"))
+}
+
+/// The attempt as a caller sees it through `GetAttempt`.
+pub async fn shown(app: &TestApp, operation: &str) -> proto::Attempt {
+    let selector = Some(Selector::OperationKey(operation.to_owned()));
+    let mut client = app.client().await;
+    let reply =
+        client.get_attempt(authed(ORDERS_TOKEN, GetAttemptRequest { selector })).await.unwrap();
+    reply.into_inner().attempt.unwrap()
+}
+
+/// What the app's `/metrics` shows (one recorder per test process: values mix tests).
+pub async fn metrics_text(app: &TestApp) -> String {
+    let url = format!("http://{}/metrics", app.http_addr);
+    reqwest::get(url).await.unwrap().text().await.unwrap()
+}
+
+/// Moves the service's clock and the simulator's together (whole seconds).
+pub async fn advance(app: &TestApp, by: Duration) -> i64 {
+    app.clock.advance(chrono::Duration::from_std(by).unwrap());
+    app.sim().advance_clock(by).await.unwrap()
+}
+
+pub fn minutes(count: u64) -> Duration {
+    Duration::from_secs(count * 60)
+}
+
+pub fn hours(count: u64) -> Duration {
+    Duration::from_secs(count * 3600)
+}
+
+/// Calls `Charge` while the simulator answers the create with `fault`: the caller is told the
+/// outcome is unknown and the attempt stays pending (charged at the provider or not, by `fault`).
+pub async fn leave_pending(app: &TestApp, operation: &str, fault: FaultKind) -> Attempt {
+    app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(fault, 1)).await.unwrap();
+    let error = app.charge(charge_request(operation)).await.unwrap_err();
+    assert_eq!(error_code(&error), "outcome_unknown", "{error:?}");
+    let attempt = stored(app, operation).await;
+    assert_eq!(attempt.status, AttemptStatus::Pending);
+    assert_eq!(attempt.provider_payment_id, None);
+    attempt
+}
+
+/// Rows as a process leaves them that committed them and died before calling the provider:
+/// pending, lease run out, due now. Inserted through the store, as the charge path does.
+pub async fn seed_due_rows(app: &TestApp, prefix: &str, count: usize) -> Vec<Attempt> {
+    let now = app.clock.now();
+    let store = app.orchestrator.store().clone();
+    let rows = futures::stream::iter(0..count)
+        .map(|index| {
+            let store = store.clone();
+            async move {
+                let lease = Lease { owner: LeaseOwner::from_uuid(Uuid::new_v4()), expires_at: now };
+                insert_new(store.as_ref(), &pending_attempt(&format!("{prefix}-{index}"), lease, now, now)).await
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    assert_eq!(rows.len(), count);
+    rows
+}
+
+/// Runs passes until one claims nothing; returns their sum.
+pub async fn sweep_until_idle(app: &TestApp) -> SweepOutcome {
+    let mut total = SweepOutcome::default();
+    for _ in 0..SWEEP_PASSES_MAX {
+        let pass = app.orchestrator.try_sweep_once().await.unwrap();
+        if pass.claimed == 0 {
+            return total;
+        }
+        total += pass;
+    }
+    panic!("still claiming rows after {SWEEP_PASSES_MAX} passes: {total}");
+}
+
+/// Creates (`POST /v1/payment_intents`) the simulator received.
+pub async fn creates(app: &TestApp) -> Vec<RequestLogEntry> {
+    let log = app.sim().requests().await.unwrap();
+    log.into_iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").collect()
+}
+
+pub async fn creates_with_key(app: &TestApp, key: &str) -> usize {
+    creates(app).await.iter().filter(|r| r.idempotency_key.as_deref() == Some(key)).count()
+}
+
+/// SEMANTICS.md invariants 1 and 2 for `operations`: each attempt is terminal; a succeeded one
+/// has exactly one payment intent at the provider (the one it adopted), a failed one none.
+pub async fn assert_settled(app: &TestApp, operations: &[&str]) {
+    let ledger = app.sim().ledger().await.unwrap();
+    for operation in operations {
+        let attempt = stored(app, operation).await;
+        assert!(attempt.status.is_terminal(), "{operation} is {:?}", attempt.status);
+        let id = attempt.id.to_string();
+        let charges: Vec<_> =
+            ledger.payment_intents_with_metadata("chargeguard_attempt_id", &id).collect();
+        match attempt.status {
+            AttemptStatus::Succeeded => {
+                assert_eq!(charges.len(), 1, "{operation}: one charge at the provider");
+                assert_eq!(attempt.provider_payment_id.as_deref(), Some(charges[0].id.as_str()));
+                assert_eq!(charges[0].status, "succeeded");
+            }
+            _ => assert!(
+                charges.iter().all(|c| c.status != "succeeded"),
+                "{operation}: failed yet charged"
+            ),
+        }
+    }
+}

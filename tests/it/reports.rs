@@ -1,0 +1,772 @@
+//! Reconciliation reports (issue 6) against the simulator and a real database: discrepancies
+//! of every category seeded through the simulator's controls and direct table writes, the
+//! `chargeguard report` binary's formats and exit codes, and the `Reports` gRPC stream.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use chargeguard::config::{OperatorConfig, OperatorRole};
+use chargeguard::grpc::hash_token;
+use chargeguard::grpc::proto::reconciliation_chunk::Item;
+use chargeguard::grpc::proto::reports_client::ReportsClient;
+use chargeguard::grpc::proto::{ReconciliationRequest, ReconciliationRow, ReconciliationSummary};
+use chargeguard::simulator::{
+    Endpoint, FaultKind, FaultSpec, ForcePaymentIntent, SeedPaymentIntent,
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use tonic::Code;
+
+use crate::support::{
+    Backend, ORDERS_TOKEN, SIM_API_KEY, TestApp, authed, charge_request, error_code,
+};
+
+const FINANCE_TOKEN: &str = "finance-token-0123456789";
+const ADMIN_TOKEN: &str = "admin-token-0123456789";
+
+async fn spawn_app() -> TestApp {
+    spawn_app_on(Backend::Postgres).await
+}
+
+async fn spawn_app_on(backend: Backend) -> TestApp {
+    TestApp::spawn_backend_with(backend, |config| {
+        config.operators = vec![
+            OperatorConfig {
+                name: "finance".into(),
+                token_sha256: hash_token(FINANCE_TOKEN),
+                role: OperatorRole::Finance,
+            },
+            OperatorConfig {
+                name: "admin".into(),
+                token_sha256: hash_token(ADMIN_TOKEN),
+                role: OperatorRole::Admin,
+            },
+        ];
+    })
+    .await
+}
+
+/// The test's period: six hours back (room for a stale attempt) to one hour ahead.
+fn period() -> (DateTime<Utc>, DateTime<Utc>) {
+    let now = Utc::now();
+    (
+        now - chrono::Duration::hours(6),
+        now + chrono::Duration::hours(1),
+    )
+}
+
+struct CliRun {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the real binary against the test's database and simulator. `extra` are more
+/// `CHARGEGUARD_…` variables (small pages, to cross page and window boundaries).
+async fn run_cli(app: &TestApp, args: &[&str], extra: &[(&str, &str)]) -> CliRun {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"));
+    command
+        .arg("report")
+        .args(args)
+        .env("CHARGEGUARD_DATABASE__URL", &app.database.url)
+        .env("CHARGEGUARD_PROVIDER__API_KEY", SIM_API_KEY)
+        .env("CHARGEGUARD_PROVIDER__BASE_URL", app.simulator.base_url())
+        .env("RUST_LOG", "warn")
+        .envs(extra.iter().copied())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("report finishes")
+        .unwrap();
+    CliRun {
+        code: output.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+fn period_args(from: DateTime<Utc>, to: DateTime<Utc>) -> [String; 4] {
+    [
+        "--from".into(),
+        from.to_rfc3339(),
+        "--to".into(),
+        to.to_rfc3339(),
+    ]
+}
+
+async fn run_json(app: &TestApp, extra: &[(&str, &str)]) -> (i32, Value) {
+    let (from, to) = period();
+    let mut args: Vec<String> = period_args(from, to).into();
+    args.extend(["--format".into(), "json".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = run_cli(app, &args, extra).await;
+    assert!(
+        run.code == 0 || run.code == 1,
+        "exit {}: {}",
+        run.code,
+        run.stderr
+    );
+    let report: Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    (run.code, report)
+}
+
+async fn sql(app: &TestApp, statement: &str, binds: &[&str]) {
+    let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
+    let mut query = sqlx::query(statement);
+    for bind in binds {
+        query = query.bind(*bind);
+    }
+    query.execute(&pool).await.unwrap();
+    pool.close().await;
+}
+
+/// Charges `operation_key` as `orders`; returns (attempt id, provider payment id).
+async fn charge(app: &TestApp, operation_key: &str, payment_method: &str) -> (String, String) {
+    let mut request = charge_request(operation_key);
+    request.payment_method = payment_method.into();
+    let attempt = app.charge(request).await.unwrap().attempt.unwrap();
+    (attempt.attempt_id, attempt.provider_payment_id)
+}
+
+/// A charge whose create is lost before the provider applies it: a pending attempt with no
+/// provider object. Returns its attempt id.
+async fn pending_charge(app: &TestApp, operation_key: &str) -> String {
+    app.sim()
+        .set_fault(
+            Endpoint::CreatePaymentIntent,
+            FaultSpec::next(FaultKind::FailBeforeApply, 1),
+        )
+        .await
+        .unwrap();
+    let error = app.charge(charge_request(operation_key)).await.unwrap_err();
+    assert_eq!(error.code(), Code::Unavailable);
+    let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
+    let (id,): (uuid::Uuid,) =
+        sqlx::query_as("SELECT id FROM payment_attempts WHERE operation_key = $1")
+            .bind(operation_key)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    pool.close().await;
+    id.to_string()
+}
+
+async fn refund(app: &TestApp, payment_intent: &str, amount_minor: i64) {
+    let response = reqwest::Client::new()
+        .post(format!("{}v1/refunds", app.simulator.base_url()))
+        .bearer_auth(SIM_API_KEY)
+        .form(&[
+            ("payment_intent", payment_intent.to_owned()),
+            ("amount", amount_minor.to_string()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        response.status().is_success(),
+        "{}",
+        response.text().await.unwrap()
+    );
+}
+
+fn seed(amount: i64, status: &str, metadata: BTreeMap<String, String>) -> SeedPaymentIntent {
+    SeedPaymentIntent {
+        amount,
+        currency: "usd".into(),
+        status: status.into(),
+        metadata,
+        created: None,
+    }
+}
+
+/// What `seed_every_category` made: the category each operation key (or orphan object id)
+/// must land in.
+struct Seeded {
+    expected: BTreeMap<String, &'static str>,
+}
+
+/// One or more rows of every category.
+async fn seed_every_category(app: &TestApp) -> Seeded {
+    let mut expected = BTreeMap::new();
+    let sim = app.sim();
+
+    let (_, matched_intent) = charge(app, "matched-1", "pm_card_visa").await;
+    expected.insert("matched-1".to_owned(), "matched");
+    refund(app, &matched_intent, 300).await;
+    charge(app, "declined-1", "pm_card_chargeDeclined").await;
+    expected.insert("declined-1".to_owned(), "matched");
+    // Printable ASCII is a valid operation key: the HTML must show it, escaped.
+    charge(app, "order-<script>alert(1)</script>", "pm_card_visa").await;
+    expected.insert("order-<script>alert(1)</script>".to_owned(), "matched");
+
+    let (_, amount_intent) = charge(app, "amount-1", "pm_card_visa").await;
+    sim.force_payment_intent(
+        &amount_intent,
+        ForcePaymentIntent {
+            amount: Some(1_500),
+            status: None,
+        },
+    )
+    .await
+    .unwrap();
+    expected.insert("amount-1".to_owned(), "amount_mismatch");
+    let (currency_attempt, _) = charge(app, "currency-1", "pm_card_visa").await;
+    sql(
+        app,
+        "UPDATE payment_attempts SET currency = 'eur' WHERE id = $1::uuid",
+        &[&currency_attempt],
+    )
+    .await;
+    expected.insert("currency-1".to_owned(), "amount_mismatch");
+
+    // We recorded a decline; the provider holds the money.
+    let (_, status_intent) = charge(app, "status-1", "pm_card_chargeDeclined").await;
+    sim.force_payment_intent(
+        &status_intent,
+        ForcePaymentIntent {
+            amount: None,
+            status: Some("succeeded".into()),
+        },
+    )
+    .await
+    .unwrap();
+    expected.insert("status-1".to_owned(), "status_mismatch");
+
+    let orphan = sim
+        .seed_payment_intent(seed(700, "succeeded", BTreeMap::new()))
+        .await
+        .unwrap();
+    expected.insert(orphan.id, "orphan");
+    // Metadata naming an attempt this database never had is an orphan too.
+    let claimed = BTreeMap::from([(
+        "chargeguard_attempt_id".to_owned(),
+        uuid::Uuid::new_v4().to_string(),
+    )]);
+    let foreign = sim
+        .seed_payment_intent(seed(800, "succeeded", claimed))
+        .await
+        .unwrap();
+    expected.insert(foreign.id, "orphan");
+
+    sql(
+        app,
+        "INSERT INTO payment_attempts (id, consumer, operation_key, kind, amount_minor, currency,
+             payment_method, fingerprint, status, provider, provider_payment_id, idempotency_key,
+             key_window_started_at, next_check_at, created_at, updated_at)
+         VALUES (gen_random_uuid(), 'orders', 'missing-1', 'charge', 2500, 'usd', 'pm_card_visa',
+             'seeded', 'succeeded', 'stripe', 'pi_never_existed', 'seeded-missing-1', now(), now(),
+             now(), now())",
+        &[],
+    )
+    .await;
+    expected.insert("missing-1".to_owned(), "missing_at_provider");
+
+    let (double_attempt, _) = charge(app, "double-1", "pm_card_visa").await;
+    let second = BTreeMap::from([("chargeguard_attempt_id".to_owned(), double_attempt)]);
+    sim.seed_payment_intent(seed(1_000, "succeeded", second))
+        .await
+        .unwrap();
+    expected.insert("double-1".to_owned(), "double_charge");
+
+    let stale = pending_charge(app, "stale-1").await;
+    sql(
+        app,
+        "UPDATE payment_attempts SET created_at = now() - interval '3 hours' WHERE id = $1::uuid",
+        &[&stale],
+    )
+    .await;
+    expected.insert("stale-1".to_owned(), "stale_unfinished");
+
+    let expired = pending_charge(app, "expired-1").await;
+    sql(
+        app,
+        "UPDATE payment_attempts SET status = 'failed', failure_code = 'expired', failure_message = 'seeded'
+         WHERE id = $1::uuid",
+        &[&expired],
+    )
+    .await;
+    expected.insert("expired-1".to_owned(), "expired");
+
+    pending_charge(app, "inflight-1").await;
+    expected.insert("inflight-1".to_owned(), "in_progress");
+    Seeded { expected }
+}
+
+/// A row's key: the operation key, or the provider object id of an orphan.
+fn json_row_key(row: &Value) -> String {
+    match row["attempt"].as_object() {
+        Some(attempt) => attempt["operation_key"].as_str().unwrap().to_owned(),
+        None => row["provider_objects"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    }
+}
+
+fn json_categories(report: &Value) -> BTreeMap<String, String> {
+    report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                json_row_key(row),
+                row["category"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn summary_count(report: &Value, category: &str) -> u64 {
+    report["summary"]["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["category"] == category)
+        .unwrap()["rows"]
+        .as_u64()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up() {
+    let app = spawn_app().await;
+    let seeded = seed_every_category(&app).await;
+    // Pages of two rows and provider pages of two objects in ten-minute windows: the run
+    // crosses every page and window boundary the defaults would hide.
+    let small = [
+        ("CHARGEGUARD_REPORT__ROWS_PAGE_SIZE", "2"),
+        ("CHARGEGUARD_REPORT__PROVIDER_PAGE_SIZE", "2"),
+        ("CHARGEGUARD_REPORT__PROVIDER_WINDOW_MINUTES", "10"),
+    ];
+    let (code, report) = run_json(&app, &small).await;
+    assert_eq!(code, 1, "discrepancies exit 1");
+
+    let categories = json_categories(&report);
+    let expected: BTreeMap<String, String> = seeded
+        .expected
+        .iter()
+        .map(|(key, category)| (key.clone(), category.to_string()))
+        .collect();
+    assert_eq!(categories, expected);
+
+    let summary = &report["summary"];
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(summary["rows"].as_u64().unwrap(), rows.len() as u64);
+    assert_eq!(summary["clean"], false);
+    for category in [
+        "matched",
+        "amount_mismatch",
+        "status_mismatch",
+        "orphan",
+        "missing_at_provider",
+        "double_charge",
+        "stale_unfinished",
+        "expired",
+        "in_progress",
+    ] {
+        let counted = rows
+            .iter()
+            .filter(|row| row["category"] == category)
+            .count() as u64;
+        assert_eq!(summary_count(&report, category), counted, "{category}");
+        assert!(counted > 0, "{category} was seeded");
+    }
+    let discrepancies = rows.iter().filter(|row| row["discrepancy"] == true).count() as u64;
+    assert_eq!(summary["discrepancies"].as_u64().unwrap(), discrepancies);
+    let double = rows
+        .iter()
+        .find(|row| row["category"] == "double_charge")
+        .unwrap();
+    assert_eq!(double["provider_objects_total"], 2);
+
+    // Totals add up from the rows, and match what was seeded.
+    let mut ours: BTreeMap<String, i64> = BTreeMap::new();
+    let mut provider: BTreeMap<String, i64> = BTreeMap::new();
+    let mut refunded: BTreeMap<String, i64> = BTreeMap::new();
+    for row in rows {
+        if let Some(attempt) = row["attempt"].as_object() {
+            if attempt["status"] == "succeeded" {
+                *ours
+                    .entry(attempt["currency"].as_str().unwrap().into())
+                    .or_default() += attempt["amount_minor"].as_i64().unwrap();
+            }
+        }
+        for object in row["provider_objects"].as_array().unwrap() {
+            let currency = object["currency"].as_str().unwrap().to_owned();
+            if object["status"] == "succeeded" {
+                *provider.entry(currency.clone()).or_default() +=
+                    object["amount_received_minor"].as_i64().unwrap();
+            }
+            *refunded.entry(currency).or_default() += object["refunded_minor"].as_i64().unwrap();
+        }
+    }
+    let totals: BTreeMap<String, &Value> = summary["currencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| (entry["currency"].as_str().unwrap().to_owned(), entry))
+        .collect();
+    for (currency, entry) in &totals {
+        assert_eq!(
+            entry["ours_succeeded_minor"].as_i64().unwrap(),
+            ours.get(currency).copied().unwrap_or(0),
+            "{currency}"
+        );
+        assert_eq!(
+            entry["provider_succeeded_minor"].as_i64().unwrap(),
+            provider.get(currency).copied().unwrap_or(0),
+            "{currency}"
+        );
+        assert_eq!(
+            entry["provider_refunded_minor"].as_i64().unwrap(),
+            refunded.get(currency).copied().unwrap_or(0),
+            "{currency}"
+        );
+        assert_eq!(entry["ours_refunded_minor"], 0);
+    }
+    // usd ours: matched, escaped, amount (1000 each), double (1000), missing (2500).
+    assert_eq!(totals["usd"]["ours_succeeded_minor"], 6_500);
+    assert_eq!(totals["usd"]["ours_succeeded"], "65.00");
+    // usd provider: matched, escaped, currency-1 (1000 each), amount (1500), status (1000),
+    // orphans (700 + 800), double (1000 + 1000).
+    assert_eq!(totals["usd"]["provider_succeeded_minor"], 9_000);
+    assert_eq!(totals["usd"]["provider_refunded_minor"], 300);
+    assert_eq!(totals["eur"]["ours_succeeded_minor"], 1_000);
+    assert_eq!(totals["eur"]["provider_succeeded_minor"], 0);
+}
+
+#[tokio::test]
+async fn csv_parses_back_and_html_is_one_self_contained_escaped_page() {
+    let app = spawn_app().await;
+    let seeded = seed_every_category(&app).await;
+    let directory = tempfile::tempdir().unwrap();
+    let (from, to) = period();
+    let csv_path = directory.path().join("report.csv");
+    let mut args: Vec<String> = period_args(from, to).into();
+    args.extend([
+        "--format".into(),
+        "csv".into(),
+        "--output".into(),
+        csv_path.display().to_string(),
+    ]);
+    let run = run_cli(
+        &app,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    )
+    .await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "the report went to the file");
+    assert!(
+        run.stderr.contains("NOT CLEAN"),
+        "the summary goes to stderr: {}",
+        run.stderr
+    );
+
+    let mut reader = csv::Reader::from_path(&csv_path).unwrap();
+    let header: Vec<String> = reader
+        .headers()
+        .unwrap()
+        .iter()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(header[..4], ["seq", "category", "discrepancy", "detail"]);
+    let column = |name: &str| header.iter().position(|title| title == name).unwrap();
+    let mut categories = BTreeMap::new();
+    for record in reader.records() {
+        let record = record.unwrap();
+        assert_eq!(record.len(), header.len());
+        let key = match &record[column("operation_key")] {
+            "" => record[column("provider_payment_ids")].to_owned(),
+            key => key.to_owned(),
+        };
+        if key == "amount-1" {
+            assert_eq!(&record[column("our_amount_minor")], "1000");
+            assert_eq!(&record[column("our_amount")], "10.00");
+            assert_eq!(&record[column("provider_amount_minor")], "1500");
+            assert_eq!(&record[column("provider_amount")], "15.00");
+        }
+        if key == "matched-1" {
+            assert_eq!(&record[column("provider_refunded")], "3.00");
+        }
+        categories.insert(key, record[column("category")].to_owned());
+    }
+    let expected: BTreeMap<String, String> = seeded
+        .expected
+        .iter()
+        .map(|(key, category)| (key.clone(), category.to_string()))
+        .collect();
+    assert_eq!(categories, expected);
+
+    let html_path = directory.path().join("report.html");
+    let mut args: Vec<String> = period_args(from, to).into();
+    args.extend([
+        "--format".into(),
+        "html".into(),
+        "--output".into(),
+        html_path.display().to_string(),
+    ]);
+    let run = run_cli(
+        &app,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    )
+    .await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    let lowercase = html.to_ascii_lowercase();
+    for external in [
+        "http://", "https://", "src=", "href=", "url(", "@import", "<script", "<link", "<img",
+        "<iframe",
+    ] {
+        assert!(
+            !lowercase.contains(external),
+            "the page must not reference {external:?}"
+        );
+    }
+    assert!(
+        html.contains("order-&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "operation keys are escaped"
+    );
+    let summary_at = html.find("<h2>Summary</h2>").unwrap();
+    let discrepancies_at = html.find("id=\"discrepancies\"").unwrap();
+    assert!(summary_at < discrepancies_at, "summary first");
+    assert!(
+        html.contains("class=\"discrepancy double_charge\""),
+        "double charges are highlighted"
+    );
+    assert!(
+        html.contains("discrepancies in"),
+        "the verdict says it is not clean"
+    );
+    assert!(html.trim_end().ends_with("</html>"));
+}
+
+async fn stream(
+    app: &TestApp,
+    token: Option<&str>,
+) -> Result<(ReconciliationSummary, Vec<ReconciliationRow>), tonic::Status> {
+    let (from, to) = period();
+    let request = ReconciliationRequest {
+        from: Some(prost_types::Timestamp {
+            seconds: from.timestamp(),
+            nanos: 0,
+        }),
+        to: Some(prost_types::Timestamp {
+            seconds: to.timestamp(),
+            nanos: 0,
+        }),
+    };
+    let mut client = ReportsClient::connect(format!("http://{}", app.grpc_addr))
+        .await
+        .unwrap();
+    let request = match token {
+        Some(token) => authed(token, request),
+        None => tonic::Request::new(request),
+    };
+    let mut chunks = client.stream_reconciliation(request).await?.into_inner();
+    let first = chunks.message().await?.expect("a summary chunk");
+    let Some(Item::Summary(summary)) = first.item else {
+        panic!("the summary comes first: {first:?}")
+    };
+    let mut rows = Vec::new();
+    while let Some(chunk) = chunks.message().await? {
+        match chunk.item {
+            Some(Item::Row(row)) => rows.push(row),
+            other => panic!("only rows after the summary: {other:?}"),
+        }
+    }
+    Ok((summary, rows))
+}
+
+#[tokio::test]
+async fn the_grpc_stream_returns_the_same_rows_to_finance_and_admin_and_refuses_consumers() {
+    let app = spawn_app().await;
+    seed_every_category(&app).await;
+    let (_, report) = run_json(&app, &[]).await;
+    let from_cli: Vec<(String, String, BTreeSet<String>)> = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let ids = row["provider_objects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["id"].as_str().unwrap().to_owned())
+                .collect();
+            (
+                row["category"].as_str().unwrap().to_owned(),
+                json_row_key(row),
+                ids,
+            )
+        })
+        .collect();
+
+    for token in [FINANCE_TOKEN, ADMIN_TOKEN] {
+        let (summary, rows) = stream(&app, Some(token)).await.unwrap();
+        let from_grpc: Vec<(String, String, BTreeSet<String>)> = rows
+            .iter()
+            .map(|row| {
+                let key = match &row.attempt {
+                    Some(attempt) => attempt.operation_key.clone(),
+                    None => row.provider_objects[0].id.clone(),
+                };
+                (
+                    row.category_name.clone(),
+                    key,
+                    row.provider_objects.iter().map(|o| o.id.clone()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(from_grpc, from_cli, "same rows, same order");
+        assert_eq!(summary.rows, rows.len() as u64);
+        assert_eq!(
+            summary.discrepancies,
+            report["summary"]["discrepancies"].as_u64().unwrap()
+        );
+        let seqs: Vec<i64> = rows.iter().map(|row| row.seq).collect();
+        assert_eq!(seqs, (1..=rows.len() as i64).collect::<Vec<_>>());
+    }
+
+    let refused = stream(&app, Some(ORDERS_TOKEN)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    let anonymous = stream(&app, None).await.unwrap_err();
+    assert_eq!(anonymous.code(), Code::Unauthenticated);
+    let unknown = stream(&app, Some("not-a-token-anyone-has"))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Code::Unauthenticated);
+}
+
+#[tokio::test]
+async fn a_clean_period_reports_clean_and_exits_zero() {
+    let app = spawn_app().await;
+    charge(&app, "clean-1", "pm_card_visa").await;
+    charge(&app, "clean-2", "pm_card_chargeDeclined").await;
+    let (from, to) = period();
+    // Objects created outside the period belong to other periods' reports, whether listed
+    // (inside the look-ahead) or not.
+    let outside = |created: DateTime<Utc>| SeedPaymentIntent {
+        created: Some(created.timestamp()),
+        ..seed(900, "succeeded", BTreeMap::new())
+    };
+    app.sim()
+        .seed_payment_intent(outside(to + chrono::Duration::minutes(30)))
+        .await
+        .unwrap();
+    app.sim()
+        .seed_payment_intent(outside(from - chrono::Duration::hours(2)))
+        .await
+        .unwrap();
+
+    let (code, report) = run_json(&app, &[]).await;
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["summary"]["clean"], true);
+    assert_eq!(report["summary"]["discrepancies"], 0);
+    assert_eq!(
+        json_categories(&report),
+        BTreeMap::from([
+            ("clean-1".into(), "matched".into()),
+            ("clean-2".into(), "matched".into())
+        ])
+    );
+    assert_eq!(
+        report["summary"]["sources"]["provider_payments_listed"], 3,
+        "the look-ahead lists the later object"
+    );
+
+    let args = period_args(from, to);
+    let run = run_cli(
+        &app,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[],
+    )
+    .await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.lines().count(), 3, "CSV: a header and two rows");
+
+    let (summary, rows) = stream(&app, Some(FINANCE_TOKEN)).await.unwrap();
+    assert_eq!((summary.discrepancies, rows.len()), (0, 2));
+}
+
+#[tokio::test]
+async fn errors_exit_two_and_leave_no_output_file() {
+    let app = spawn_app().await;
+    let directory = tempfile::tempdir().unwrap();
+    let output = directory.path().join("report.csv");
+    let output_arg = output.display().to_string();
+    let backwards = run_cli(
+        &app,
+        &[
+            "--from",
+            "2026-12-02",
+            "--to",
+            "2026-12-01",
+            "--output",
+            &output_arg,
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(backwards.code, 2, "{}", backwards.stderr);
+    assert!(
+        backwards.stderr.contains("--from must be before --to"),
+        "{}",
+        backwards.stderr
+    );
+
+    // The provider is unreachable: the run fails after its retries, and writes nothing.
+    let (from, to) = period();
+    let mut args: Vec<String> = period_args(from, to).into();
+    args.extend(["--output".into(), output_arg.clone()]);
+    let unreachable = [
+        ("CHARGEGUARD_PROVIDER__BASE_URL", "http://127.0.0.1:9/"),
+        ("CHARGEGUARD_REPORT__PROVIDER_READ_ATTEMPTS_MAX", "2"),
+        ("CHARGEGUARD_REPORT__PROVIDER_RETRY_BACKOFF_MS", "10"),
+    ];
+    let failed = run_cli(
+        &app,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &unreachable,
+    )
+    .await;
+    assert_eq!(failed.code, 2, "{}", failed.stderr);
+    assert!(
+        failed.stderr.contains("listing the provider's payments"),
+        "{}",
+        failed.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(directory.path()).unwrap().count(),
+        0,
+        "no report file, partial or whole"
+    );
+
+    let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
+    let (runs,): (i64,) = sqlx::query_as("SELECT count(*) FROM report_runs")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(runs, 0, "a failed run deletes its staging");
+}
+
+#[tokio::test]
+async fn on_the_embedded_store_reports_are_refused_with_a_reason() {
+    let app = spawn_app_on(Backend::Sqlite).await;
+    let refused = stream(&app, Some(FINANCE_TOKEN)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert_eq!(error_code(&refused), "reports_unavailable");
+    assert!(
+        refused.message().contains("PostgreSQL"),
+        "{}",
+        refused.message()
+    );
+    // Authentication still comes first.
+    assert_eq!(
+        stream(&app, Some(ORDERS_TOKEN)).await.unwrap_err().code(),
+        Code::PermissionDenied
+    );
+}

@@ -1,0 +1,57 @@
+//! Pending attempts written straight through the store, as the charge path writes them: for
+//! tests that need rows in a given state without going through a provider call.
+
+use chargeguard::domain::{
+    Attempt, AttemptId, ChargeParams, ConsumerName, Currency, Description, Lease, Metadata,
+    OperationKey, PaymentMethodId, derive_idempotency_key,
+};
+use chargeguard::store::{AttemptStore, InsertOutcome, NewAttempt};
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+/// A pending `orders` attempt for `operation`: 1000 usd minor units with `pm_card_visa`, a
+/// description and one metadata entry (so that they round-trip through the store), held by
+/// `lease` and due for recovery at `next_check_at`.
+pub fn pending_attempt(
+    operation: &str,
+    lease: Lease,
+    now: DateTime<Utc>,
+    next_check_at: DateTime<Utc>,
+) -> NewAttempt {
+    let consumer = ConsumerName::parse("orders").unwrap();
+    let operation_key = OperationKey::parse(operation).unwrap();
+    let metadata_entries = [("order_id".to_owned(), operation.to_owned())];
+    let params = ChargeParams::new(
+        1_000,
+        99_999_999,
+        Currency::parse("usd").unwrap(),
+        PaymentMethodId::parse("pm_card_visa").unwrap(),
+        None,
+        Some(Description::parse("test order").unwrap()),
+        Metadata::parse(metadata_entries.iter().map(|(key, value)| (key, value))).unwrap(),
+    )
+    .unwrap();
+    NewAttempt {
+        id: AttemptId::from_uuid(Uuid::now_v7()),
+        idempotency_key: derive_idempotency_key(&consumer, &operation_key, 0),
+        consumer,
+        operation_key,
+        fingerprint: params.fingerprint(),
+        params,
+        provider: "stripe",
+        generation: 0,
+        lease,
+        next_check_at,
+        now,
+    }
+}
+
+/// Inserts `new`, which must be a new operation.
+pub async fn insert_new(store: &dyn AttemptStore, new: &NewAttempt) -> Attempt {
+    match store.insert_pending(new).await.unwrap() {
+        InsertOutcome::Inserted(attempt) => attempt,
+        InsertOutcome::Existing(existing) => {
+            panic!("operation {} existed as {}", new.operation_key, existing.id)
+        }
+    }
+}

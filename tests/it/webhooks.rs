@@ -1,0 +1,989 @@
+//! Webhooks (issue 5, SEMANTICS.md invariants 2, 8, 9) through the real HTTP server, real
+//! PostgreSQL and the simulator's webhook sender. The application's own background worker is
+//! idle here (a long interval): each test drives `try_drain_once` / `try_prune_once` itself.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chargeguard::clock::Clock;
+use chargeguard::grpc::proto;
+use chargeguard::grpc::proto::{AttemptStatus, ChargeOutcome};
+use chargeguard::secret::Secret;
+use chargeguard::simulator::{AuthenticationOutcome, Endpoint, FaultKind, FaultSpec, WebhookMode};
+use chargeguard::store::PostgresStore;
+use chargeguard::store::inbox::{Claim, ClaimOwner, InboxOutcome, InboxStore};
+use chargeguard::store::postgres::PostgresPoolOptions;
+use chargeguard::webhook::signature::sign;
+use chargeguard::webhook::worker::SettledEvent;
+use chargeguard::webhook::{
+    DrainOutcome, InboxWorker, Retention, RetentionSettings, WorkerSettings,
+};
+use tonic::Code;
+
+use crate::support::{
+    Backend, SIM_API_KEY, TestApp, charge_request, error_code, outcome_of, status_of,
+};
+
+const SECRET: &str = "whsec_chargeguard_it";
+const OLD_SECRET: &str = "whsec_chargeguard_it_old";
+const CLAIM: Duration = Duration::from_secs(60);
+/// Bound on drain passes in one test: far more than any test's events.
+const DRAINS_MAX: usize = 100;
+
+/// The app with webhooks on, the simulator sending to it, and a worker and a retention job of
+/// the test's own on the same database and clock.
+struct Hooked {
+    app: TestApp,
+    store: Arc<PostgresStore>,
+    worker: InboxWorker,
+}
+
+impl Hooked {
+    async fn spawn() -> Self {
+        Self::spawn_with(|_| {}).await
+    }
+
+    async fn spawn_with(customize: impl FnOnce(&mut chargeguard::config::Config)) -> Self {
+        let app = TestApp::spawn_with(|config| {
+            config.webhooks.secrets = vec![Secret::new(OLD_SECRET), Secret::new(SECRET)];
+            config.webhooks.worker_interval_ms = 3_600_000;
+            config.webhooks.retention_interval_ms = 86_400_000;
+            customize(config);
+        })
+        .await;
+        app.sim()
+            .set_webhook_target(format!("http://{}/webhooks/stripe", app.http_addr), SECRET)
+            .await
+            .unwrap();
+        let store = Arc::new(store_of(&app));
+        let worker = InboxWorker::new(
+            store.clone(),
+            app.clock.clone(),
+            WorkerSettings {
+                batch_max: 100,
+                claim_duration: CLAIM,
+                interval: Duration::from_secs(3_600),
+            },
+        );
+        Self { app, store, worker }
+    }
+
+    fn retention(&self, batch_max: u32) -> Retention {
+        Retention::new(
+            self.store.clone(),
+            self.app.clock.clone(),
+            RetentionSettings {
+                retention: chrono::Duration::days(35),
+                batch_max,
+                interval: Duration::from_secs(3_600),
+            },
+        )
+    }
+
+    /// The next `count` creates are applied by the provider and their answers lost.
+    async fn lose_create_answers(&self, count: u32) {
+        let fault = FaultSpec::next(FaultKind::ApplyThenDrop, count);
+        self.app
+            .sim()
+            .set_fault(Endpoint::CreatePaymentIntent, fault)
+            .await
+            .unwrap();
+    }
+
+    /// Delivers everything the simulator has queued; every delivery must be acknowledged.
+    async fn flush(&self) {
+        let report = self.app.sim().flush_webhooks().await.unwrap();
+        assert_eq!(report.pending, 0, "{report:?}");
+        assert_eq!(report.given_up_total, 0, "{report:?}");
+    }
+
+    /// Delivers what the simulator queued, then drains the inbox.
+    async fn deliver(&self) -> Vec<SettledEvent> {
+        self.flush().await;
+        self.drain().await
+    }
+
+    /// Moves the simulator's clock past the settlement delay of `processing` payments.
+    async fn settle_processing_payments(&self) {
+        self.app
+            .sim()
+            .advance_clock(Duration::from_secs(120))
+            .await
+            .unwrap();
+    }
+
+    /// Drains the inbox until the worker finds it empty; what was settled, in order.
+    async fn drain(&self) -> Vec<SettledEvent> {
+        let mut settled = Vec::new();
+        for _ in 0..DRAINS_MAX {
+            match self.worker.try_drain_once().await.unwrap() {
+                DrainOutcome::EmptyInbox => return settled,
+                DrainOutcome::Batch(report) => {
+                    assert_eq!((report.claims_lost, report.unsettled), (0, 0));
+                    settled.extend(report.settled);
+                }
+            }
+        }
+        panic!("the inbox did not drain in {DRAINS_MAX} passes");
+    }
+
+    /// (event id, event type, outcome) of every inbox row, oldest first.
+    async fn inbox(&self) -> Vec<(String, String, Option<String>)> {
+        sqlx::query_as("SELECT event_id, event_type, outcome FROM webhook_inbox ORDER BY received_at, event_id")
+            .fetch_all(self.store.pool())
+            .await
+            .unwrap()
+    }
+
+    async fn post(&self, body: &str, signature: Option<String>) -> reqwest::StatusCode {
+        let mut request = reqwest::Client::new()
+            .post(format!("http://{}/webhooks/stripe", self.app.http_addr))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        if let Some(signature) = signature {
+            request = request.header("stripe-signature", signature);
+        }
+        request.send().await.unwrap().status()
+    }
+}
+
+fn store_of(app: &TestApp) -> PostgresStore {
+    let options = PostgresPoolOptions {
+        connections_max: 4,
+        acquire_timeout: Duration::from_secs(5),
+        statement_timeout: Duration::from_secs(5),
+    };
+    PostgresStore::connect_lazy(&app.database.url, &options).unwrap()
+}
+
+fn outcomes(settled: &[SettledEvent], event_type: &str) -> Vec<InboxOutcome> {
+    settled
+        .iter()
+        .filter(|s| s.event_type == event_type)
+        .map(|s| s.outcome)
+        .collect()
+}
+
+fn status(attempt: &proto::Attempt) -> AttemptStatus {
+    AttemptStatus::try_from(attempt.status).unwrap()
+}
+
+fn wall_now() -> i64 {
+    chargeguard::clock::SystemClock.now().timestamp()
+}
+
+/// A payment_intent event as Stripe would send it, for requests the simulator cannot make.
+fn intent_event(
+    event_id: &str,
+    event_type: &str,
+    intent_id: &str,
+    status: &str,
+    attempt_id: &str,
+) -> String {
+    serde_json::json!({
+        "id": event_id, "object": "event", "type": event_type, "created": wall_now(),
+        "api_version": "2026-09-30.endive", "livemode": false,
+        "data": {"object": {
+            "id": intent_id, "object": "payment_intent", "status": status, "amount": 1_000,
+            "amount_received": 1_000, "currency": "usd", "created": wall_now(),
+            "metadata": {"chargeguard_attempt_id": attempt_id},
+            "last_payment_error": null, "next_action": null,
+        }},
+    })
+    .to_string()
+}
+
+/// A create whose answer is lost after the provider applied it: the call reports an unknown
+/// outcome and the attempt stays pending with no provider object known.
+async fn charge_with_lost_answer(hooked: &Hooked, operation_key: &str) -> proto::Attempt {
+    let error = hooked
+        .app
+        .charge(charge_request(operation_key))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Code::Unavailable, "{error:?}");
+    assert_eq!(error_code(&error), "outcome_unknown");
+    let attempt = hooked.app.attempt_of(operation_key).await;
+    assert_eq!(status(&attempt), AttemptStatus::Pending);
+    assert!(
+        attempt.provider_payment_id.is_empty(),
+        "the answer naming the object was lost"
+    );
+    attempt
+}
+
+#[tokio::test]
+async fn a_charge_left_pending_by_a_lost_answer_is_completed_by_its_webhook() {
+    let hooked = Hooked::spawn().await;
+    hooked.lose_create_answers(1).await;
+    charge_with_lost_answer(&hooked, "order-wh-1").await;
+
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.succeeded"),
+        [InboxOutcome::Applied]
+    );
+
+    let attempt = hooked.app.attempt_of("order-wh-1").await;
+    assert_eq!(status(&attempt), AttemptStatus::Succeeded);
+    let ledger = hooked.app.sim().ledger().await.unwrap();
+    assert_eq!(ledger.payment_intents.len(), 1);
+    assert_eq!(
+        attempt.provider_payment_id, ledger.payment_intents[0].id,
+        "found by the metadata, bound to the object"
+    );
+    assert_eq!(attempt.provider_status, "succeeded");
+
+    // The redelivered charge now gets the stored outcome without calling the provider again.
+    let creates_before = hooked.app.sim().requests().await.unwrap().len();
+    let again = hooked
+        .app
+        .charge(charge_request("order-wh-1"))
+        .await
+        .unwrap();
+    assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);
+    assert_eq!(status_of(&again), AttemptStatus::Succeeded);
+    assert_eq!(
+        hooked.app.sim().requests().await.unwrap().len(),
+        creates_before
+    );
+}
+
+#[tokio::test]
+async fn the_same_event_delivered_twice_is_stored_once_and_applied_once() {
+    let hooked = Hooked::spawn().await;
+    hooked
+        .app
+        .sim()
+        .set_webhook_mode(WebhookMode::Twice)
+        .await
+        .unwrap();
+    hooked.lose_create_answers(1).await;
+    charge_with_lost_answer(&hooked, "order-wh-2").await;
+    hooked.flush().await;
+
+    let deliveries = hooked.app.sim().deliveries().await.unwrap();
+    let succeeded: Vec<_> = deliveries
+        .iter()
+        .filter(|d| d.event_type == "payment_intent.succeeded")
+        .collect();
+    assert_eq!(succeeded.len(), 2, "delivered twice");
+    assert_eq!(succeeded[0].event_id, succeeded[1].event_id);
+    assert!(
+        succeeded
+            .iter()
+            .all(|d| d.delivered && d.status == Some(200)),
+        "both acknowledged: {succeeded:?}"
+    );
+    let stored: Vec<_> = hooked
+        .inbox()
+        .await
+        .into_iter()
+        .filter(|(id, _, _)| *id == succeeded[0].event_id)
+        .collect();
+    assert_eq!(stored.len(), 1, "one row per event id");
+
+    let settled = hooked.drain().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.succeeded"),
+        [InboxOutcome::Applied]
+    );
+    assert_eq!(
+        status(&hooked.app.attempt_of("order-wh-2").await),
+        AttemptStatus::Succeeded
+    );
+}
+
+#[tokio::test]
+async fn two_distinct_events_for_one_change_apply_once() {
+    let hooked = Hooked::spawn().await;
+    hooked
+        .app
+        .sim()
+        .set_webhook_mode(WebhookMode::DistinctDuplicates)
+        .await
+        .unwrap();
+    hooked.lose_create_answers(1).await;
+    charge_with_lost_answer(&hooked, "order-wh-3").await;
+    hooked.flush().await;
+
+    let stored: Vec<_> = hooked
+        .inbox()
+        .await
+        .into_iter()
+        .filter(|(_, kind, _)| kind == "payment_intent.succeeded")
+        .collect();
+    assert_eq!(stored.len(), 2, "two distinct events, two rows");
+    assert_ne!(stored[0].0, stored[1].0);
+
+    let settled = hooked.drain().await;
+    let mut succeeded = outcomes(&settled, "payment_intent.succeeded");
+    succeeded.sort_by_key(|outcome| outcome.as_str());
+    assert_eq!(succeeded, [InboxOutcome::Applied, InboxOutcome::Duplicate]);
+    assert_eq!(
+        status(&hooked.app.attempt_of("order-wh-3").await),
+        AttemptStatus::Succeeded
+    );
+    let detail: (String,) =
+        sqlx::query_as("SELECT detail FROM webhook_inbox WHERE outcome = 'duplicate'")
+            .fetch_one(hooked.store.pool())
+            .await
+            .unwrap();
+    assert!(detail.0.starts_with("duplicate of evt_"), "{}", detail.0);
+}
+
+/// Records what the simulator delivers to it, to hand it to chargeguard later (out of order).
+#[derive(Clone, Default)]
+struct Recorder {
+    received: Arc<Mutex<Vec<(String, String, String)>>>,
+}
+
+impl Recorder {
+    async fn start() -> (Self, String) {
+        let recorder = Self::default();
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(record))
+            .with_state(recorder.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (recorder, url)
+    }
+
+    /// (signature, body) of the recorded event of `event_type`.
+    fn take(&self, event_type: &str) -> (String, String) {
+        let received = self.received.lock().unwrap();
+        let (_, signature, body) = received
+            .iter()
+            .find(|(kind, _, _)| kind == event_type)
+            .expect("recorded");
+        (signature.clone(), body.clone())
+    }
+}
+
+async fn record(
+    axum::extract::State(recorder): axum::extract::State<Recorder>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> axum::http::StatusCode {
+    let signature = headers
+        .get("stripe-signature")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let kind = serde_json::from_str::<serde_json::Value>(&body).unwrap()["type"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    recorder
+        .received
+        .lock()
+        .unwrap()
+        .push((kind, signature, body));
+    axum::http::StatusCode::OK
+}
+
+#[tokio::test]
+async fn a_processing_event_after_success_never_moves_the_attempt_backwards() {
+    let hooked = Hooked::spawn().await;
+    // The processing event goes to a recorder first, so chargeguard sees it only after success.
+    let (recorder, recorder_url) = Recorder::start().await;
+    hooked
+        .app
+        .sim()
+        .set_webhook_target(recorder_url, SECRET)
+        .await
+        .unwrap();
+    let mut request = charge_request("order-wh-4");
+    request.payment_method = "pm_sim_processing_succeeds".into();
+    let response = hooked.app.charge(request).await.unwrap();
+    assert_eq!(status_of(&response), AttemptStatus::Pending);
+    hooked.flush().await;
+
+    hooked
+        .app
+        .sim()
+        .set_webhook_target(
+            format!("http://{}/webhooks/stripe", hooked.app.http_addr),
+            SECRET,
+        )
+        .await
+        .unwrap();
+    hooked.settle_processing_payments().await;
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.succeeded"),
+        [InboxOutcome::Applied]
+    );
+    let succeeded = hooked.app.attempt_of("order-wh-4").await;
+    assert_eq!(status(&succeeded), AttemptStatus::Succeeded);
+
+    let (signature, body) = recorder.take("payment_intent.processing");
+    assert_eq!(
+        hooked.post(&body, Some(signature)).await,
+        reqwest::StatusCode::OK,
+        "stored like any event"
+    );
+    let settled = hooked.drain().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.processing"),
+        [InboxOutcome::Stale]
+    );
+    let after = hooked.app.attempt_of("order-wh-4").await;
+    assert_eq!(status(&after), AttemptStatus::Succeeded);
+    assert_eq!(after.provider_status, "succeeded");
+    assert_eq!(
+        after.updated_at, succeeded.updated_at,
+        "the stale event wrote nothing"
+    );
+
+    // A decline arriving after success (hand-signed: the simulator never sends one) is stale too.
+    let late_failure = intent_event(
+        "evt_late_failure",
+        "payment_intent.payment_failed",
+        &after.provider_payment_id,
+        "requires_payment_method",
+        &after.attempt_id,
+    );
+    let signature = sign(&Secret::new(SECRET), wall_now(), late_failure.as_bytes());
+    assert_eq!(
+        hooked.post(&late_failure, Some(signature)).await,
+        reqwest::StatusCode::OK
+    );
+    let settled = hooked.drain().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.payment_failed"),
+        [InboxOutcome::Stale]
+    );
+    assert_eq!(
+        status(&hooked.app.attempt_of("order-wh-4").await),
+        AttemptStatus::Succeeded
+    );
+}
+
+#[tokio::test]
+async fn forged_stale_and_oversized_requests_are_rejected_and_nothing_is_stored() {
+    let hooked = Hooked::spawn_with(|config| config.webhooks.body_bytes_max = 4_096).await;
+    let body = intent_event(
+        "evt_signed",
+        "payment_intent.succeeded",
+        "pi_unknown",
+        "succeeded",
+        "00000000-0000-0000-0000-000000000000",
+    );
+    let secret = Secret::new(SECRET);
+    let now = wall_now();
+    let good = sign(&secret, now, body.as_bytes());
+    let good_v1 = good.split_once(",v1=").unwrap().1.to_owned();
+
+    let rejected = [
+        ("no signature", body.clone(), None),
+        (
+            "another secret",
+            body.clone(),
+            Some(sign(&Secret::new("whsec_attacker"), now, body.as_bytes())),
+        ),
+        (
+            "tampered body",
+            body.replace("1000", "1"),
+            Some(good.clone()),
+        ),
+        (
+            "signature moved to another timestamp",
+            body.clone(),
+            Some(format!("t={},v1={good_v1}", now - 1)),
+        ),
+        (
+            "stale",
+            body.clone(),
+            Some(sign(&secret, now - 301, body.as_bytes())),
+        ),
+        (
+            "from the future",
+            body.clone(),
+            Some(sign(&secret, now + 301, body.as_bytes())),
+        ),
+        ("malformed", body.clone(), Some("t=soon,v1=zz".to_owned())),
+        (
+            "signed, not an event",
+            "{}".to_owned(),
+            Some(sign(&secret, now, b"{}")),
+        ),
+    ];
+    for (case, body, signature) in rejected {
+        assert_eq!(
+            hooked.post(&body, signature).await,
+            reqwest::StatusCode::BAD_REQUEST,
+            "{case}"
+        );
+    }
+    let oversized = format!("{{\"pad\":\"{}\"}}", "x".repeat(5_000));
+    let signature = sign(&secret, now, oversized.as_bytes());
+    assert_eq!(
+        hooked.post(&oversized, Some(signature)).await,
+        reqwest::StatusCode::PAYLOAD_TOO_LARGE
+    );
+    assert!(hooked.inbox().await.is_empty(), "nothing stored");
+
+    // Rotation: the old secret still verifies, and so does one good v1 among bad ones.
+    let old = sign(&Secret::new(OLD_SECRET), now, body.as_bytes());
+    assert_eq!(hooked.post(&body, Some(old)).await, reqwest::StatusCode::OK);
+    let other = intent_event(
+        "evt_signed_2",
+        "payment_intent.succeeded",
+        "pi_unknown",
+        "succeeded",
+        "00000000-0000-0000-0000-000000000000",
+    );
+    let other_v1 = sign(&secret, now, other.as_bytes())
+        .split_once(",v1=")
+        .unwrap()
+        .1
+        .to_owned();
+    let several = format!("t={now},v1={},v1={other_v1}", "ab".repeat(32));
+    assert_eq!(
+        hooked.post(&other, Some(several)).await,
+        reqwest::StatusCode::OK
+    );
+    assert_eq!(hooked.inbox().await.len(), 2);
+}
+
+#[tokio::test]
+async fn a_payment_that_settles_later_is_completed_by_its_webhook() {
+    let hooked = Hooked::spawn().await;
+    let mut request = charge_request("order-wh-5");
+    request.payment_method = "pm_sim_processing_succeeds".into();
+    let response = hooked.app.charge(request).await.unwrap();
+    assert_eq!(status_of(&response), AttemptStatus::Pending);
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.processing"),
+        [InboxOutcome::Stale],
+        "pending stays pending"
+    );
+    assert_eq!(
+        status(&hooked.app.attempt_of("order-wh-5").await),
+        AttemptStatus::Pending
+    );
+
+    hooked.settle_processing_payments().await;
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.succeeded"),
+        [InboxOutcome::Applied]
+    );
+    let attempt = hooked.app.attempt_of("order-wh-5").await;
+    assert_eq!(status(&attempt), AttemptStatus::Succeeded);
+    assert_eq!(
+        attempt.provider_calls, 1,
+        "the webhook, not a provider call, completed it"
+    );
+}
+
+#[tokio::test]
+async fn three_d_secure_completed_by_the_customer_is_applied_by_its_webhook() {
+    let hooked = Hooked::spawn().await;
+    let mut request = charge_request("order-wh-6");
+    request.payment_method = "pm_card_threeDSecure2Required".into();
+    let response = hooked.app.charge(request).await.unwrap();
+    assert_eq!(status_of(&response), AttemptStatus::RequiresAction);
+    let intent_id = response.attempt.unwrap().provider_payment_id;
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.requires_action"),
+        [InboxOutcome::Stale]
+    );
+
+    hooked
+        .app
+        .sim()
+        .authenticate(&intent_id, AuthenticationOutcome::Succeed)
+        .await
+        .unwrap();
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.succeeded"),
+        [InboxOutcome::Applied]
+    );
+    let attempt = hooked.app.attempt_of("order-wh-6").await;
+    assert_eq!(status(&attempt), AttemptStatus::Succeeded);
+    assert!(
+        attempt.next_action.is_none(),
+        "nothing left for the customer to do"
+    );
+}
+
+#[tokio::test]
+async fn refund_events_are_kept_as_unknown_objects_and_counted() {
+    let hooked = Hooked::spawn().await;
+    let paid = hooked
+        .app
+        .charge(charge_request("order-wh-7"))
+        .await
+        .unwrap()
+        .attempt
+        .unwrap();
+    let stripe = stripe::ClientBuilder::new(SIM_API_KEY)
+        .url(hooked.app.simulator.base_url())
+        .build()
+        .unwrap();
+    stripe_core::refund::CreateRefund::new()
+        .payment_intent(paid.provider_payment_id.as_str())
+        .send(&stripe)
+        .await
+        .unwrap();
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.succeeded"),
+        [InboxOutcome::Stale],
+        "the call already recorded it"
+    );
+    assert_eq!(
+        outcomes(&settled, "refund.created"),
+        [InboxOutcome::UnknownObject]
+    );
+    assert_eq!(
+        outcomes(&settled, "charge.refunded"),
+        [InboxOutcome::UnknownObject]
+    );
+    assert_eq!(hooked.inbox().await.len(), 3, "kept, not dropped");
+    assert_eq!(
+        status(&hooked.app.attempt_of("order-wh-7").await),
+        AttemptStatus::Succeeded,
+        "a refund is a new operation"
+    );
+
+    let metrics = reqwest::get(format!("http://{}/metrics", hooked.app.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for needle in [
+        r#"chargeguard_webhook_events_total{event_type="charge.refunded",outcome="unknown_object"}"#,
+        "chargeguard_webhook_inbox_depth",
+        "chargeguard_webhook_inbox_oldest_age_seconds",
+        r#"chargeguard_webhook_requests_total{result="stored"}"#,
+    ] {
+        assert!(metrics.contains(needle), "/metrics shows {needle}");
+    }
+}
+
+#[tokio::test]
+async fn an_event_for_a_second_object_flags_the_attempt_and_changes_nothing_else() {
+    let hooked = Hooked::spawn().await;
+    let paid = hooked
+        .app
+        .charge(charge_request("order-wh-8"))
+        .await
+        .unwrap()
+        .attempt
+        .unwrap();
+    let body = intent_event(
+        "evt_second_object",
+        "payment_intent.succeeded",
+        "pi_second_object",
+        "succeeded",
+        &paid.attempt_id,
+    );
+    let signature = sign(&Secret::new(SECRET), wall_now(), body.as_bytes());
+    assert_eq!(
+        hooked.post(&body, Some(signature)).await,
+        reqwest::StatusCode::OK
+    );
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        settled
+            .iter()
+            .find(|s| s.event_id == "evt_second_object")
+            .map(|s| s.outcome),
+        Some(InboxOutcome::Conflict)
+    );
+    let attempt = hooked.app.attempt_of("order-wh-8").await;
+    assert_eq!(status(&attempt), AttemptStatus::Succeeded);
+    assert_eq!(
+        attempt.provider_payment_id, paid.provider_payment_id,
+        "keeps the object it adopted"
+    );
+    assert!(attempt.needs_review);
+    assert!(
+        attempt.review_reason.starts_with("double charge")
+            && attempt.review_reason.contains("pi_second_object"),
+        "{}",
+        attempt.review_reason
+    );
+}
+
+#[tokio::test]
+async fn pruning_deletes_only_processed_events_older_than_the_retention_in_batches() {
+    let hooked = Hooked::spawn().await;
+    let day = chrono::Duration::days(1);
+    // An event a worker claimed and never settled: unprocessed rows are kept however old.
+    hooked
+        .app
+        .charge(charge_request("order-old-stuck"))
+        .await
+        .unwrap();
+    hooked.flush().await;
+    let stuck_claim = Claim {
+        owner: ClaimOwner::new(),
+        expires_at: hooked.app.clock.now() + day * 365,
+    };
+    let stuck = hooked
+        .store
+        .claim_events(stuck_claim, hooked.app.clock.now(), 1)
+        .await
+        .unwrap();
+    assert_eq!(stuck.len(), 1);
+
+    for index in 0..3 {
+        hooked
+            .app
+            .charge(charge_request(&format!("order-old-{index}")))
+            .await
+            .unwrap();
+    }
+    hooked.flush().await;
+    assert_eq!(hooked.drain().await.len(), 3);
+
+    hooked.app.clock.advance(day * 20);
+    for index in 0..2 {
+        hooked
+            .app
+            .charge(charge_request(&format!("order-recent-{index}")))
+            .await
+            .unwrap();
+    }
+    hooked.flush().await;
+    assert_eq!(hooked.drain().await.len(), 2);
+    let recent: Vec<String> = hooked
+        .inbox()
+        .await
+        .into_iter()
+        .skip(4)
+        .map(|(id, _, _)| id)
+        .collect();
+    assert_eq!(recent.len(), 2);
+
+    // 36 days after the first events, 16 after the recent ones; retention is 35 days.
+    hooked.app.clock.advance(day * 16);
+    let retention = hooked.retention(2);
+    let mut batches = Vec::new();
+    for _ in 0..10 {
+        let counts = retention.try_prune_once().await.unwrap();
+        batches.push((counts.inbox_rows, counts.dedup_rows));
+        if counts.inbox_rows == 0 && counts.dedup_rows == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        batches,
+        [(2, 2), (1, 1), (0, 0)],
+        "three old events, deleted two at a time"
+    );
+
+    let left = hooked.inbox().await;
+    assert_eq!(left.len(), 3);
+    assert_eq!(
+        left[0].0, stuck[0].event_id,
+        "the unprocessed old event is kept"
+    );
+    assert_eq!(left[0].2, None);
+    let kept: Vec<String> = left.into_iter().skip(1).map(|(id, _, _)| id).collect();
+    assert_eq!(kept, recent, "the recent events are kept");
+    assert_eq!(
+        hooked.app.attempt_rows().await,
+        6,
+        "payment_attempts is never pruned"
+    );
+}
+
+/// A real `chargeguard serve` process drains the inbox and is killed by a crash point after the
+/// first event of its batch; the next worker finds the rest claimed until the claim expires,
+/// then finishes the batch. Every event is settled exactly once.
+#[cfg(feature = "failpoints")]
+#[tokio::test]
+async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_batch() {
+    let hooked = Hooked::spawn().await;
+    hooked.lose_create_answers(3).await;
+    for index in 0..3 {
+        charge_with_lost_answer(&hooked, &format!("order-crash-{index}")).await;
+    }
+    hooked.flush().await;
+    assert_eq!(hooked.inbox().await.len(), 3);
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
+        .arg("serve")
+        .env("CHARGEGUARD_DATABASE__URL", &hooked.app.database.url)
+        .env("CHARGEGUARD_PROVIDER__API_KEY", SIM_API_KEY)
+        .env(
+            "CHARGEGUARD_PROVIDER__BASE_URL",
+            hooked.app.simulator.base_url(),
+        )
+        .env("CHARGEGUARD_SERVER__GRPC_LISTEN", "127.0.0.1:0")
+        .env("CHARGEGUARD_SERVER__HTTP_LISTEN", "127.0.0.1:0")
+        .env("CHARGEGUARD_SWEEP__ENABLED", "false")
+        .env("CHARGEGUARD_WEBHOOKS__WORKER_INTERVAL_MS", "50")
+        .env(
+            "CHARGEGUARD_WEBHOOKS__WORKER_CLAIM_MS",
+            CLAIM.as_millis().to_string(),
+        )
+        .env("FAILPOINTS", "webhook.mid_batch=return")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("chargeguard serve starts");
+    // A bound, not a timing assumption: the child crashes at its first drain, 50 ms after start.
+    let exit = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("the worker crashed")
+        .unwrap();
+    assert_eq!(exit.code(), Some(chargeguard::failpoints::CRASH_EXIT_CODE));
+
+    let rows: Vec<(String, Option<String>, bool)> =
+        sqlx::query_as("SELECT event_id, outcome, claim_owner IS NOT NULL FROM webhook_inbox ORDER BY received_at, event_id")
+            .fetch_all(hooked.store.pool())
+            .await
+            .unwrap();
+    let settled_by_child: Vec<_> = rows
+        .iter()
+        .filter(|(_, outcome, _)| outcome.is_some())
+        .collect();
+    assert_eq!(
+        settled_by_child.len(),
+        1,
+        "killed after settling one event: {rows:?}"
+    );
+    assert_eq!(settled_by_child[0].1.as_deref(), Some("applied"));
+    assert_eq!(
+        rows.iter()
+            .filter(|(_, outcome, claimed)| outcome.is_none() && *claimed)
+            .count(),
+        2,
+        "the rest still claimed by the dead worker"
+    );
+
+    // While the dead worker's claim runs, nobody takes its rows.
+    assert_eq!(
+        hooked.worker.try_drain_once().await.unwrap(),
+        DrainOutcome::EmptyInbox
+    );
+    hooked
+        .app
+        .clock
+        .advance(chrono::Duration::from_std(CLAIM).unwrap() + chrono::Duration::seconds(1));
+    let settled = hooked.drain().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.succeeded"),
+        [InboxOutcome::Applied, InboxOutcome::Applied]
+    );
+    assert!(
+        settled.iter().all(|s| s.event_id != settled_by_child[0].0),
+        "the settled event is not settled again"
+    );
+
+    for index in 0..3 {
+        assert_eq!(
+            status(&hooked.app.attempt_of(&format!("order-crash-{index}")).await),
+            AttemptStatus::Succeeded
+        );
+    }
+    let claims: Vec<(i32,)> =
+        sqlx::query_as("SELECT claim_count FROM webhook_inbox WHERE event_id <> $1")
+            .bind(&settled_by_child[0].0)
+            .fetch_all(hooked.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        claims,
+        [(2,), (2,)],
+        "claimed by the dead worker, then by the next"
+    );
+    assert_eq!(
+        hooked
+            .app
+            .sim()
+            .ledger()
+            .await
+            .unwrap()
+            .payment_intents
+            .len(),
+        3
+    );
+}
+
+/// A signed post to the app's webhook endpoint.
+async fn post_signed(app: &TestApp) -> reqwest::StatusCode {
+    let body = intent_event(
+        "evt_1",
+        "payment_intent.succeeded",
+        "pi_1",
+        "succeeded",
+        "x",
+    );
+    reqwest::Client::new()
+        .post(format!("http://{}/webhooks/stripe", app.http_addr))
+        .header(
+            "stripe-signature",
+            sign(&Secret::new(SECRET), wall_now(), body.as_bytes()),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[tokio::test]
+async fn without_a_signing_secret_the_endpoint_does_not_exist() {
+    let app = TestApp::spawn().await;
+    assert_eq!(
+        post_signed(&app).await,
+        reqwest::StatusCode::NOT_FOUND,
+        "an endpoint that cannot verify accepts nothing"
+    );
+}
+
+#[tokio::test]
+async fn on_the_embedded_sqlite_store_webhooks_are_off() {
+    let app = TestApp::spawn_backend_with(Backend::Sqlite, |config| {
+        config.webhooks.secrets = vec![Secret::new(SECRET)];
+    })
+    .await;
+    assert_eq!(
+        post_signed(&app).await,
+        reqwest::StatusCode::NOT_FOUND,
+        "no inbox to store into"
+    );
+}
+
+#[tokio::test]
+async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others() {
+    let hooked = Hooked::spawn().await;
+    hooked.lose_create_answers(2).await;
+    let broken = charge_with_lost_answer(&hooked, "order-wh-broken").await;
+    charge_with_lost_answer(&hooked, "order-wh-fine").await;
+    sqlx::query("UPDATE payment_attempts SET currency = 'not a currency' WHERE id = $1::uuid")
+        .bind(&broken.attempt_id)
+        .execute(hooked.store.pool())
+        .await
+        .unwrap();
+    hooked.flush().await;
+
+    let DrainOutcome::Batch(report) = hooked.worker.try_drain_once().await.unwrap() else {
+        panic!("two events to drain")
+    };
+    assert_eq!(report.unsettled, 1, "{report:?}");
+    assert_eq!(report.count(InboxOutcome::Applied), 1, "{report:?}");
+    assert_eq!(
+        status(&hooked.app.attempt_of("order-wh-fine").await),
+        AttemptStatus::Succeeded
+    );
+    let unsettled: (i64,) =
+        sqlx::query_as("SELECT count(*) FROM webhook_inbox WHERE processed_at IS NULL")
+            .fetch_one(hooked.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(unsettled.0, 1, "kept for a person to look at, not dropped");
+}
