@@ -12,7 +12,8 @@
 #   2. pgbench, the duplicate path's select-by-key (bench/pgbench/by_key.sql);
 #   3. `chargeguard bench charge`, new operations, simulator at zero added latency;
 #   4. the same, every call a duplicate of an already-charged operation;
-#   5. the same as 3 with the simulator's latency set to BENCH_SIM_LATENCY_MS;
+#   5. the same as 3 with the simulator's latency set to BENCH_SIM_LATENCY_MS, then pgbench's
+#      new-charge SQL at the rate the service reached (its own latency at that load);
 #   6. the service's peak RSS over 3-5 (VmHWM);
 #   7. the sweep over BENCH_STUCK_ROWS stuck rows in a table of BENCH_SWEEP_ROWS_SMALL rows, then
 #      of BENCH_SWEEP_ROWS_LARGE rows or the largest that fits the time left (it says which):
@@ -61,7 +62,7 @@ BIN=target/release/chargeguard
 
 export PGHOST PGPORT PGUSER
 mkdir -p "$OUT"
-rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.txt
+rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.txt "$OUT"/pgbench-at-rate.*
 export RUST_LOG=${RUST_LOG:-warn}
 
 log() { printf '\n== [%4ds] %s\n' "$(( $(date +%s) - started_at ))" "$*"; }
@@ -230,6 +231,13 @@ log "chargeguard new charges, simulator at $SIM_LATENCY_MS ms"
 set_sim_latency "$SIM_LATENCY_MS"
 bench_charge new-latency
 set_sim_latency 0
+
+# The same SQL at the rate the service just reached, one transaction logged per line: how much of
+# the service's latency above the simulator's is PostgreSQL's own commit time at that load.
+rate=$(json_field "$OUT/service-new-latency.json" ok_per_second)
+log "pgbench new-charge SQL at the service's rate ($rate/s)"
+pgbench_run new-at-rate bench/pgbench/new_charge.sql "$SECONDS_MEASURED" "${PGBENCH_VALUES[@]}" \
+  -R "$rate" -l --log-prefix="$OUT/pgbench-at-rate"
 
 peak_rss_kib=$(awk '/^VmHWM:/ {print $2}' "/proc/$serve_pid/status")
 echo "service peak RSS: $peak_rss_kib KiB"

@@ -3,6 +3,7 @@
 BENCHMARKS.md, and writes them to summary.json. Reads only the run's output folder, so it can be
 run again on an old one: python3 bench/summary.py target/bench-run"""
 
+import glob
 import json
 import os
 import sys
@@ -52,6 +53,19 @@ def main(out):
     print(f"{'pgbench, new-charge SQL':36}{pg_new:11.1f}")
     row("chargeguard new, simulator 0 ms", new)
     row(f"chargeguard new, simulator {sim_latency_ms:g} ms", latency)
+    # Per transaction: client, number, latency µs, script, epoch s, µs, schedule lag µs. With -R the
+    # latency counts from the scheduled start; minus the lag it is the SQL's own time, as the load
+    # generator measures a call. Each client's first transaction also prepares the statements.
+    at_rate = sorted((int(f[2]) - int(f[6])) / 1000
+                     for path in glob.glob(os.path.join(out, "pgbench-at-rate.*"))
+                     for f in (line.split() for line in open(path)) if len(f) >= 7 and f[1] != "1")
+    sql_at_rate = None
+    if at_rate:
+        sql_at_rate = {"per_second": pgbench_tps("new-at-rate"), "p50": at_rate[len(at_rate) // 2],
+                       "p99": at_rate[min(len(at_rate) - 1, int(len(at_rate) * 0.99))],
+                       "p999": at_rate[min(len(at_rate) - 1, int(len(at_rate) * 0.999))]}
+        print(f"{'pgbench, new-charge SQL, same rate':36}{sql_at_rate['per_second']:11.1f}{sql_at_rate['p50']:9.2f}"
+              f"{sql_at_rate['p99']:9.2f}{sql_at_rate['p999']:10.2f}")
     print(f"{'pgbench, select by key':36}{pg_by_key:11.1f}")
     row("chargeguard duplicates", duplicate)
     errors = sum(report["errors"] for report in (new, duplicate, latency))
@@ -102,6 +116,9 @@ def main(out):
     print("ratios and targets:")
     for c in checks:
         print(f"  {'met ' if c['met'] else 'MISS'}  {c['target']}: {c['value']} (target {c['goal']})")
+    if sql_at_rate:
+        print(f"  note  for comparison, the same SQL alone at the same rate (pgbench -R): p50 {sql_at_rate['p50']:.2f} ms, "
+              f"p99 {sql_at_rate['p99']:.2f} ms (two durable commits per charge)")
     if errors:
         print(f"  note  {errors} calls failed (see the outcomes above)")
 
@@ -109,7 +126,7 @@ def main(out):
         json.dump({
             "run": run, "pgbench_new_tps": pg_new, "pgbench_by_key_tps": pg_by_key,
             "service_new": new, "service_duplicate": duplicate, "service_new_latency": latency,
-            "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
+            "pgbench_new_at_rate": sql_at_rate, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
         }, file, indent=1)
 
 
