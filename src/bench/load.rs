@@ -321,18 +321,20 @@ async fn call_loop(
             break;
         }
         let measured = started >= warmup_end;
-        if measured && let Some(requests) = settings.requests {
-            if shared.tickets.fetch_add(1, Ordering::Relaxed) >= requests {
-                break;
-            }
+        if measured
+            && let Some(requests) = settings.requests
+            && shared.tickets.fetch_add(1, Ordering::Relaxed) >= requests
+        {
+            break;
         }
-        let pool_is_empty = shared.pool.lock().expect("pool lock").is_empty();
-        let kind = settings.duplicate_percent.choose(&mut rng, pool_is_empty);
-        let key = match kind {
-            CallKind::Duplicate => shared.pool.lock().expect("pool lock").pick(&mut rng),
-            CallKind::New => None,
+        let duplicate = {
+            let pool = shared.pool.lock().expect("pool lock");
+            match settings.duplicate_percent.choose(&mut rng, pool.is_empty()) {
+                CallKind::Duplicate => pool.pick(&mut rng),
+                CallKind::New => None,
+            }
         };
-        let (kind, key) = match key {
+        let (kind, key) = match duplicate {
             Some(key) => (CallKind::Duplicate, key),
             None => {
                 sequence += 1;
