@@ -2,6 +2,7 @@
 //! a durable record of intent, derives the provider idempotency key from the business operation,
 //! and owns the recovery of every attempt whose outcome is unknown. See ARCHITECTURE.md.
 
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;

@@ -45,6 +45,9 @@ enum Command {
         /// Read from standard input when omitted, so the token stays out of shell history.
         token: Option<String>,
     },
+    /// Load generator and timings for BENCHMARKS.md (see bench/run.sh).
+    #[command(subcommand)]
+    Bench(chargeguard::bench::BenchCommand),
 }
 
 #[derive(clap::Args)]
@@ -150,6 +153,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             anyhow::ensure!(!token.is_empty(), "empty token");
             println!("{}", chargeguard::grpc::hash_token(&token));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(command) => {
+            chargeguard::bench::run(command, cli.config.as_deref()).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -9,6 +9,7 @@ pub mod postgres;
 mod postgres_inbox;
 mod row;
 pub mod sqlite;
+pub mod postgres_bench;
 mod postgres_report;
 pub mod report;
 

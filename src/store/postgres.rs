@@ -4,7 +4,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{ConnectOptions, Row};
+use sqlx::{ConnectOptions, Connection, Row};
 use uuid::Uuid;
 
 use super::row::{AttemptColumns, ColumnError, attempt_from_row, optional_attempt};
@@ -18,6 +18,9 @@ use crate::domain::{
 };
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// A pooled connection idle this long is pinged before use (see `connect_lazy`).
+const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
 /// Bounds of the connection pool, passed explicitly rather than left to library defaults.
 #[derive(Debug, Clone)]
@@ -46,6 +49,18 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.connections_max)
             .acquire_timeout(options.acquire_timeout)
+            // sqlx pings every connection it hands out by default: one more round trip per
+            // statement. Only a connection that sat idle is pinged; a busy one that broke fails
+            // its statement, which every caller handles as "database unavailable, retry".
+            .test_before_acquire(false)
+            .before_acquire(|connection, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IF_IDLE_FOR {
+                        connection.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_lazy_with(connect_options);
         Ok(Self { pool })
     }
@@ -78,16 +93,26 @@ impl AttemptStore for PostgresStore {
     async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
         let metadata = serde_json::to_value(new.params.metadata.entries())
             .map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        let inserted = sqlx::query(
-            "INSERT INTO payment_attempts (
-                id, consumer, operation_key, kind, amount_minor, currency, payment_method,
-                customer, description, metadata, fingerprint, status, provider, idempotency_key,
-                generation, key_window_started_at, lease_owner, lease_expires_at, next_check_at,
-                created_at, updated_at)
-             VALUES ($1, $2, $3, 'charge', $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12, $13,
-                     $14, $15, $16, $17, $14, $14)
-             ON CONFLICT DO NOTHING
-             RETURNING *",
+        // One round trip for both outcomes: the row that holds the operation, or else the
+        // insert. A duplicate is the common repeated call: it costs one read, as cheap as a
+        // plain select (the insert is not even attempted when the row is seen).
+        let row = sqlx::query(
+            "WITH existing AS (
+                SELECT * FROM payment_attempts WHERE consumer = $2 AND operation_key = $3),
+             inserted AS (
+                INSERT INTO payment_attempts (
+                    id, consumer, operation_key, kind, amount_minor, currency, payment_method,
+                    customer, description, metadata, fingerprint, status, provider,
+                    idempotency_key, generation, key_window_started_at, lease_owner,
+                    lease_expires_at, next_check_at, created_at, updated_at)
+                SELECT $1, $2, $3, 'charge', $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12,
+                       $13, $14, $15, $16, $17, $14, $14
+                WHERE NOT EXISTS (SELECT FROM existing)
+                ON CONFLICT DO NOTHING
+                RETURNING *)
+             SELECT false AS inserted_now, existing.* FROM existing
+             UNION ALL
+             SELECT true, inserted.* FROM inserted",
         )
         .bind(new.id.as_uuid())
         .bind(new.consumer.as_str())
@@ -109,10 +134,16 @@ impl AttemptStore for PostgresStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(unavailable)?;
-        match inserted {
-            Some(row) => Ok(InsertOutcome::Inserted(attempt_from_row(&row)?)),
-            None => conflict_winner(self, new).await,
+        if let Some(row) = row {
+            let inserted_now: bool = row.try_get("inserted_now").map_err(unavailable)?;
+            let attempt = attempt_from_row(&row)?;
+            return Ok(if inserted_now { InsertOutcome::Inserted(attempt) } else { InsertOutcome::Existing(attempt) });
         }
+        // Neither: a concurrent insert of the operation committed after this statement's
+        // snapshot was taken. The select could not see it; the insert waited for it and then
+        // conflicted (or, impossibly, the conflict was on the derived key, a function of the
+        // operation). A new statement sees the row.
+        conflict_winner(self, new).await
     }
 
     async fn find_by_operation(

@@ -4,11 +4,14 @@
 
 mod support;
 
+mod bench;
 mod charge;
 mod embedded;
+mod insert_race;
 mod ops;
 mod recovery;
 mod reports;
 mod simulator;
 mod store;
+mod store_pool;
 mod webhooks;

@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# chargeguard's Charge against the PostgreSQL limit, side by side, on this machine (BENCHMARKS.md).
+#
+#   bench/run.sh                     the full run: the release build, then at most
+#                                    BENCH_BUDGET_SECONDS (9 minutes) of measuring
+#   BENCH_SCALE=small bench/run.sh   seconds-long phases, to check the script itself
+#
+# From a clean checkout: builds release, makes sure PostgreSQL runs, creates fresh benchmark
+# databases, starts the Stripe simulator and `chargeguard serve` as their own processes (all on
+# 127.0.0.1), then measures, in this order:
+#   1. pgbench, the service's new-charge SQL (bench/pgbench/new_charge.sql) at the concurrency;
+#   2. pgbench, the duplicate path's select-by-key (bench/pgbench/by_key.sql);
+#   3. `chargeguard bench charge`, new operations, simulator at zero added latency;
+#   4. the same, every call a duplicate of an already-charged operation;
+#   5. the same as 3 with the simulator's latency set to BENCH_SIM_LATENCY_MS, then pgbench's
+#      new-charge SQL at the rate the service reached (its own latency at that load);
+#   6. the service's peak RSS over 3-5 (VmHWM);
+#   7. the sweep over BENCH_STUCK_ROWS stuck rows in a table of BENCH_SWEEP_ROWS_SMALL rows, then
+#      of BENCH_SWEEP_ROWS_LARGE rows or the largest that fits the time left (it says which):
+#      the claim query alone (`chargeguard bench claim`), and `chargeguard sweep --once` when
+#      this build has it;
+# then prints the figures, the service/pgbench ratios and the targets, and stops by itself.
+# Every value below can be set in the environment. Results: $BENCH_OUT/summary.{txt,json}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started_at=$(date +%s)
+
+scale=${BENCH_SCALE:-full}
+if [ "$scale" = small ]; then
+  small_defaults=1
+else
+  small_defaults=0
+fi
+pick() { if [ "$small_defaults" = 1 ]; then echo "$2"; else echo "$1"; fi; }
+
+CONCURRENCY=${BENCH_CONCURRENCY:-16}
+CONNECTIONS=${BENCH_CONNECTIONS:-4}
+SECONDS_MEASURED=${BENCH_SECONDS:-$(pick 20 3)}
+SECONDS_WARMUP=${BENCH_WARMUP_SECONDS:-$(pick 3 1)}
+SIM_LATENCY_MS=${BENCH_SIM_LATENCY_MS:-20}
+PRIME_KEYS=${BENCH_PRIME_KEYS:-$(pick 2000 200)}
+CHARGE_TABLE_ROWS=${BENCH_CHARGE_TABLE_ROWS:-$(pick 100000 10000)}
+STUCK_ROWS=${BENCH_STUCK_ROWS:-$(pick 10000 1000)}
+SWEEP_ROWS_SMALL=${BENCH_SWEEP_ROWS_SMALL:-$(pick 1000000 100000)}
+SWEEP_ROWS_LARGE=${BENCH_SWEEP_ROWS_LARGE:-$(pick 10000000 300000)}
+SWEEP_BATCH=${BENCH_SWEEP_BATCH:-100}
+# Measuring (everything after the build) stays under this; the large sweep table shrinks to fit.
+# The build is not counted: from a clean target it alone takes 8-9 minutes on 2 cores.
+BUDGET_SECONDS=${BENCH_BUDGET_SECONDS:-540}
+PGHOST=${BENCH_PGHOST:-127.0.0.1}
+PGPORT=${BENCH_PGPORT:-5432}
+PGUSER=${BENCH_PGUSER:-postgres}
+SIM_ADDR=${BENCH_SIM_ADDR:-127.0.0.1:18111}
+GRPC_ADDR=${BENCH_GRPC_ADDR:-127.0.0.1:18051}
+HTTP_ADDR=${BENCH_HTTP_ADDR:-127.0.0.1:18080}
+OUT=${BENCH_OUT:-target/bench-run}
+KEEP_DATABASES=${BENCH_KEEP_DATABASES:-0}
+CHARGE_DB=cg_bench_charge
+SWEEP_DB=cg_bench_sweep
+SIM_API_KEY=sk_test_chargeguard
+BIN=target/release/chargeguard
+
+export PGHOST PGPORT PGUSER
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.txt "$OUT"/pgbench-at-rate.*
+export RUST_LOG=${RUST_LOG:-warn}
+
+log() { printf '\n== [%4ds] %s\n' "$(( $(date +%s) - started_at ))" "$*"; }
+fail() { echo "bench/run.sh: $*" >&2; exit 1; }
+elapsed() { echo $(( $(date +%s) - started_at )); }
+db_url() { echo "postgres://$PGUSER@$PGHOST:$PGPORT/$1"; }
+
+# Processes this script started, stopped by their own ids on any exit.
+sim_pid=""
+serve_pid=""
+cleanup() {
+  for pid in $serve_pid $sim_pid; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  if [ "$KEEP_DATABASES" != 1 ] && command -v psql >/dev/null 2>&1; then
+    for db in $CHARGE_DB $SWEEP_DB; do
+      psql -d postgres -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+    done
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+ensure_postgres() {
+  if pg_isready -h "$PGHOST" -p "$PGPORT" -q 2>/dev/null; then return; fi
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    log "installing PostgreSQL"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  fi
+  local version
+  version=$(ls /etc/postgresql | sort -V | tail -n 1)
+  log "starting PostgreSQL $version"
+  pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  for _ in $(seq 1 60); do pg_isready -h "$PGHOST" -p "$PGPORT" -q && break; sleep 1; done
+  pg_isready -h "$PGHOST" -p "$PGPORT" -q || fail "PostgreSQL did not start on $PGHOST:$PGPORT"
+}
+
+fresh_database() {
+  psql -d postgres -qc "DROP DATABASE IF EXISTS $1 WITH (FORCE)" >/dev/null
+  psql -d postgres -qc "CREATE DATABASE $1" >/dev/null
+  CHARGEGUARD_DATABASE__URL=$(db_url "$1") "$BIN" migrate >/dev/null
+}
+
+port_free() {
+  ! (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null
+}
+
+wait_http() {
+  for _ in $(seq 1 100); do
+    curl -sf -o /dev/null "$1" && return 0
+    sleep 0.1
+  done
+  fail "nothing answered on $1"
+}
+
+json_field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(list(d.values())[0][sys.argv[2]])' "$1" "$2"; }
+
+# --- build and services ------------------------------------------------------------------------
+log "building release"
+build_started=$(date +%s)
+cargo build --release --quiet
+build_seconds=$(( $(date +%s) - build_started ))
+measuring_started=$(date +%s)
+
+command -v pgbench >/dev/null 2>&1 || fail "pgbench is missing (it comes with the postgresql server package)"
+command -v python3 >/dev/null 2>&1 || fail "python3 is missing (it prints the summary)"
+command -v curl >/dev/null 2>&1 || fail "curl is missing (it talks to the simulator's controls)"
+ensure_postgres
+for addr in "$SIM_ADDR" "$GRPC_ADDR" "$HTTP_ADDR"; do
+  port_free "$addr" || fail "$addr is in use; set BENCH_SIM_ADDR / BENCH_GRPC_ADDR / BENCH_HTTP_ADDR"
+done
+
+log "fresh database $CHARGE_DB with $CHARGE_TABLE_ROWS settled rows"
+fresh_database $CHARGE_DB
+CHARGEGUARD_DATABASE__URL=$(db_url $CHARGE_DB) "$BIN" bench seed --settled "$CHARGE_TABLE_ROWS" \
+  --json-out "$OUT/seed-charge.json" >/dev/null
+
+# --- pgbench: the limit --------------------------------------------------------------------------
+# The constants the service binds for a new charge of `chargeguard bench charge`.
+PGBENCH_VALUES=(
+  -D consumer=pgbench -D currency=usd -D payment_method=pm_card_visa
+  -D description=chargeguard-bench -D 'metadata={"bench":"pgbench"}'
+  -D fingerprint=5f0c8a4c1d7e2b9a3f6e0d4c8b2a7f1e9d3c5b7a0e2f4d6c8b1a3e5f7d9c0b2a
+  -D provider=stripe -D now=now -D succeeded=succeeded -D 'unfinished={pending,requires_action}'
+)
+pgbench_run() { # label script seconds [extra args]
+  local label=$1 script=$2 seconds=$3
+  shift 3
+  pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$seconds" -f "$script" "$@" $CHARGE_DB \
+    >"$OUT/pgbench-$label.log" 2>&1 || { cat "$OUT/pgbench-$label.log" >&2; fail "pgbench $label failed"; }
+}
+pgbench_tps() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$OUT/pgbench-$1.log"; }
+pgbench_latency() { sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' "$OUT/pgbench-$1.log"; }
+
+log "pgbench new-charge SQL, $CONCURRENCY clients, ${SECONDS_WARMUP}s warm-up + ${SECONDS_MEASURED}s"
+pgbench_run new-warmup bench/pgbench/new_charge.sql "$SECONDS_WARMUP" "${PGBENCH_VALUES[@]}"
+pgbench_run new bench/pgbench/new_charge.sql "$SECONDS_MEASURED" "${PGBENCH_VALUES[@]}"
+echo "tps $(pgbench_tps new), latency average $(pgbench_latency new) ms"
+
+log "pgbench select-by-key, $CONCURRENCY clients"
+BY_KEY_VALUES=(-D consumer=bench-seed -D "rows=$CHARGE_TABLE_ROWS")
+pgbench_run by-key-warmup bench/pgbench/by_key.sql "$SECONDS_WARMUP" "${BY_KEY_VALUES[@]}"
+pgbench_run by-key bench/pgbench/by_key.sql "$SECONDS_MEASURED" "${BY_KEY_VALUES[@]}"
+echo "tps $(pgbench_tps by-key), latency average $(pgbench_latency by-key) ms"
+
+# --- the service -----------------------------------------------------------------------------------
+log "starting the simulator on $SIM_ADDR and chargeguard on $GRPC_ADDR"
+"$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" \
+  --objects-max 4000000 --idempotency-keys-max 4000000 >"$OUT/sim.log" 2>&1 &
+sim_pid=$!
+wait_http "http://$SIM_ADDR/_sim/clock"
+
+token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+cat >"$OUT/serve.toml" <<EOF
+[server]
+grpc_listen = "$GRPC_ADDR"
+http_listen = "$HTTP_ADDR"
+
+[database]
+connections_max = $CONCURRENCY
+
+[provider]
+base_url = "http://$SIM_ADDR/"
+
+[[consumers]]
+name = "bench"
+token_sha256 = "$(printf '%s' "$token" | "$BIN" hash-token)"
+EOF
+service_env=(
+  CHARGEGUARD_DATABASE__URL="$(db_url $CHARGE_DB)"
+  CHARGEGUARD_PROVIDER__API_KEY="$SIM_API_KEY"
+  # Nothing is due in this database; the sweep stays out of the charge figures.
+  CHARGEGUARD_SWEEP__ENABLED=false
+)
+env "${service_env[@]}" "$BIN" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve.log" 2>&1 &
+serve_pid=$!
+wait_http "http://$HTTP_ADDR/readyz"
+
+bench_charge() { # label [extra args]
+  local label=$1
+  shift
+  CHARGEGUARD_BENCH_TOKEN=$token "$BIN" bench charge --endpoint "http://$GRPC_ADDR" --label "$label" \
+    --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" --duration-seconds "$SECONDS_MEASURED" \
+    --warmup-seconds "$SECONDS_WARMUP" --json-out "$OUT/service-$label.json" "$@" | grep -v '^{'
+}
+set_sim_latency() {
+  if [ "$1" = 0 ]; then
+    curl -sf -X DELETE "http://$SIM_ADDR/_sim/faults" >/dev/null
+  else
+    curl -sf -X POST "http://$SIM_ADDR/_sim/faults" -H 'content-type: application/json' \
+      -d "{\"target\":\"create_payment_intent\",\"spec\":{\"kind\":{\"latency\":$1},\"trigger\":{\"probability\":1.0}}}" >/dev/null
+  fi
+}
+
+log "chargeguard new charges, simulator at 0 ms"
+set_sim_latency 0
+bench_charge new
+log "chargeguard duplicates ($PRIME_KEYS operations charged first)"
+bench_charge duplicate --duplicate-percent 100 --prime-keys "$PRIME_KEYS"
+log "chargeguard new charges, simulator at $SIM_LATENCY_MS ms"
+set_sim_latency "$SIM_LATENCY_MS"
+bench_charge new-latency
+set_sim_latency 0
+
+# The same SQL at the rate the service just reached, one transaction logged per line: how much of
+# the service's latency above the simulator's is PostgreSQL's own commit time at that load.
+rate=$(json_field "$OUT/service-new-latency.json" ok_per_second)
+log "pgbench new-charge SQL at the service's rate ($rate/s)"
+pgbench_run new-at-rate bench/pgbench/new_charge.sql "$SECONDS_MEASURED" "${PGBENCH_VALUES[@]}" \
+  -R "$rate" -l --log-prefix="$OUT/pgbench-at-rate"
+
+peak_rss_kib=$(awk '/^VmHWM:/ {print $2}' "/proc/$serve_pid/status")
+echo "service peak RSS: $peak_rss_kib KiB"
+kill -TERM "$serve_pid"
+wait "$serve_pid" || true
+serve_pid=""
+
+# --- the sweep -------------------------------------------------------------------------------------
+has_sweep=0
+if "$BIN" sweep --help >/dev/null 2>&1; then has_sweep=1; fi
+sweep_env=(
+  CHARGEGUARD_DATABASE__URL="$(db_url $SWEEP_DB)"
+  CHARGEGUARD_PROVIDER__API_KEY="$SIM_API_KEY"
+  CHARGEGUARD_PROVIDER__BASE_URL="http://$SIM_ADDR/"
+  CHARGEGUARD_DATABASE__CONNECTIONS_MAX="$CONCURRENCY"
+  # One pass takes every stuck row (the option's limit is 10,000), as many in flight as the
+  # charge runs had callers.
+  CHARGEGUARD_SWEEP__BATCH_MAX="$(( STUCK_ROWS < 10000 ? STUCK_ROWS : 10000 ))"
+  CHARGEGUARD_SWEEP__CONCURRENCY_MAX="$CONCURRENCY"
+)
+
+# Times the claim query over STUCK_ROWS fresh stuck rows, then (when this build has the
+# subcommand) `chargeguard sweep --once` over another STUCK_ROWS, at the table's current size.
+time_sweep() { # label
+  local label=$1
+  env "${sweep_env[@]}" "$BIN" bench seed --settle-unfinished --stuck "$STUCK_ROWS" \
+    --json-out "$OUT/seed-$label-claim.json" >/dev/null
+  env "${sweep_env[@]}" "$BIN" bench claim --batch-max "$SWEEP_BATCH" --rows-max "$STUCK_ROWS" \
+    --json-out "$OUT/claim-$label.json" | grep -v '^{'
+  if [ "$has_sweep" = 1 ]; then
+    env "${sweep_env[@]}" "$BIN" bench seed --settle-unfinished --stuck "$STUCK_ROWS" \
+      --json-out "$OUT/seed-$label-sweep.json" >/dev/null
+    local t0 t1 due runs=0
+    t0=$(date +%s.%N)
+    # One pass takes at most sweep.batch_max rows: repeat until nothing is due (bounded).
+    while [ $runs -lt 1000 ]; do
+      env "${sweep_env[@]}" "$BIN" sweep --once >>"$OUT/sweep-$label.log" 2>&1
+      runs=$((runs + 1))
+      due=$(env "${sweep_env[@]}" "$BIN" bench seed --json-out "$OUT/due.json" >/dev/null; json_field "$OUT/due.json" due_now)
+      [ "$due" = 0 ] && break
+    done
+    t1=$(date +%s.%N)
+    python3 -c 'import json,sys; s=float(sys.argv[2])-float(sys.argv[1]); n=int(sys.argv[3]);
+print(json.dumps({"chargeguard_bench_sweep": {"rows": n, "runs": int(sys.argv[4]), "elapsed_seconds": round(s,3), "ms_per_thousand_rows": round(s*1e6/n,3)}}))' \
+      "$t0" "$t1" "$STUCK_ROWS" "$runs" >"$OUT/sweep-$label.json"
+    echo "sweep --once: $STUCK_ROWS rows in $runs runs, $(json_field "$OUT/sweep-$label.json" elapsed_seconds) s"
+  fi
+}
+
+log "fresh database $SWEEP_DB: $SWEEP_ROWS_SMALL rows"
+fresh_database $SWEEP_DB
+env "${sweep_env[@]}" "$BIN" bench seed --settled "$SWEEP_ROWS_SMALL" --json-out "$OUT/seed-sweep-small.json" | grep -v '^{'
+timings_started=$(elapsed)
+time_sweep small
+timings_seconds=$(( $(elapsed) - timings_started ))
+
+# The large table, or the largest (in whole millions, or tenths at small scale) that the time left
+# allows, judging by how fast the small one was seeded.
+seed_seconds=$(json_field "$OUT/seed-sweep-small.json" elapsed_seconds)
+step=$(( SWEEP_ROWS_SMALL >= 1000000 ? 1000000 : 100000 ))
+# Reserve: the large table's timings (twice what the small ones took) and the summary.
+reserve=$(( 20 + 2 * timings_seconds ))
+left=$(( BUDGET_SECONDS - ( $(date +%s) - measuring_started ) - reserve ))
+sweep_rows_large=$(python3 -c '
+import sys
+small, large, step, seconds, left = map(float, sys.argv[1:6])
+rate = small / max(seconds, 0.1) * 0.8   # bigger index builds are slower per row
+fits = small + max(left, 0) * rate
+print(int(min(large, fits) // step * step))' \
+  "$SWEEP_ROWS_SMALL" "$SWEEP_ROWS_LARGE" "$step" "$seed_seconds" "$left")
+if [ "$sweep_rows_large" -gt "$SWEEP_ROWS_SMALL" ]; then
+  log "growing $SWEEP_DB to $sweep_rows_large rows (asked for $SWEEP_ROWS_LARGE; ${left}s left for it)"
+  env "${sweep_env[@]}" "$BIN" bench seed --settled $(( sweep_rows_large - SWEEP_ROWS_SMALL )) \
+    --json-out "$OUT/seed-sweep-large.json" | grep -v '^{'
+  time_sweep large
+else
+  log "no time left for a larger sweep table (${left}s); only $SWEEP_ROWS_SMALL rows measured"
+  sweep_rows_large=0
+fi
+
+set_sim_latency 0
+kill -TERM "$sim_pid"
+wait "$sim_pid" || true
+sim_pid=""
+
+# --- summary -------------------------------------------------------------------------------------
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [ -n "$(git status --porcelain 2>/dev/null)" ]; then commit="$commit+uncommitted"; fi
+{
+  echo "scale=$scale"
+  echo "commit=$commit"
+  echo "host=$(hostname)"
+  echo "cpu=$(nproc) x $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+  echo "memory_gib=$(awk '/MemTotal/ {printf "%.0f", $2 / 1048576}' /proc/meminfo)"
+  echo "kernel=$(uname -r)"
+  echo "load_average_at_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "postgres=$(psql -d postgres -Atc 'SHOW server_version' | cut -d' ' -f1)"
+  echo "postgres_settings=$(psql -d postgres -Atc "SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ' ' ORDER BY name) FROM pg_settings WHERE name IN ('shared_buffers', 'synchronous_commit', 'fsync', 'wal_level', 'max_wal_size', 'max_connections')")"
+  echo "concurrency=$CONCURRENCY"
+  echo "connections=$CONNECTIONS"
+  echo "seconds_measured=$SECONDS_MEASURED"
+  echo "seconds_warmup=$SECONDS_WARMUP"
+  echo "sim_latency_ms=$SIM_LATENCY_MS"
+  echo "charge_table_rows=$CHARGE_TABLE_ROWS"
+  echo "stuck_rows=$STUCK_ROWS"
+  echo "sweep_batch=$SWEEP_BATCH"
+  echo "sweep_rows_small=$SWEEP_ROWS_SMALL"
+  echo "sweep_rows_large=$sweep_rows_large"
+  echo "sweep_rows_large_asked=$SWEEP_ROWS_LARGE"
+  echo "has_sweep=$has_sweep"
+  echo "peak_rss_kib=$peak_rss_kib"
+  echo "build_seconds=$build_seconds"
+  echo "total_seconds=$(elapsed)"
+} >"$OUT/run.env"
+python3 bench/summary.py "$OUT" | tee "$OUT/summary.txt"
+log "done; figures in $OUT/summary.txt and $OUT/summary.json"

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Prints the figures of one bench/run.sh run, the service/pgbench ratios and the targets of
+BENCHMARKS.md, and writes them to summary.json. Reads only the run's output folder, so it can be
+run again on an old one: python3 bench/summary.py target/bench-run"""
+
+import glob
+import json
+import os
+import sys
+
+TARGET_THROUGHPUT_RATIO = 0.7
+TARGET_ADDED_P99_MS = 5.0
+TARGET_PEAK_RSS_MIB = 64.0
+TARGET_SWEEP_GROWTH = 1.2
+
+
+def main(out):
+    run = dict(line.rstrip("\n").split("=", 1) for line in open(os.path.join(out, "run.env")) if "=" in line)
+
+    def load(name):
+        path = os.path.join(out, name)
+        if not os.path.exists(path):
+            return None
+        with open(path) as file:
+            return next(iter(json.load(file).values()))
+
+    def pgbench_tps(label):
+        with open(os.path.join(out, f"pgbench-{label}.log")) as file:
+            for line in file:
+                if line.startswith("tps = "):
+                    return float(line.split()[2])
+        raise SystemExit(f"no tps in pgbench-{label}.log")
+
+    new, duplicate, latency = load("service-new.json"), load("service-duplicate.json"), load("service-new-latency.json")
+    pg_new, pg_by_key = pgbench_tps("new"), pgbench_tps("by-key")
+    sim_latency_ms = float(run["sim_latency_ms"])
+    rss_mib = int(run["peak_rss_kib"]) / 1024
+    rows = {"small": int(run["sweep_rows_small"]), "large": int(run["sweep_rows_large"])}
+
+    print(f"chargeguard benchmark, {run['scale']} scale: commit {run['commit']} on {run['host']}")
+    print(f"machine: {run['cpu']}, {run['memory_gib']} GiB, Linux {run['kernel']}; load average at the end {run['load_average_at_end']}")
+    print(f"PostgreSQL {run['postgres']}: {run['postgres_settings']}")
+    print(f"concurrency {run['concurrency']} ({run['connections']} gRPC connections); {run['seconds_measured']} s measured "
+          f"after {run['seconds_warmup']} s warm-up per row; {run['charge_table_rows']} rows in the table before; "
+          f"release build {run['build_seconds']} s, whole run {run['total_seconds']} s")
+    print()
+    print(f"{'':36}{'per second':>11}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}")
+
+    def row(name, report):
+        l = report["latency_ms"]
+        print(f"{name:36}{report['ok_per_second']:11.1f}{l['p50']:9.2f}{l['p99']:9.2f}{l['p999']:10.2f}")
+
+    print(f"{'pgbench, new-charge SQL':36}{pg_new:11.1f}")
+    row("chargeguard new, simulator 0 ms", new)
+    row(f"chargeguard new, simulator {sim_latency_ms:g} ms", latency)
+    # Per transaction: client, number, latency µs, script, epoch s, µs, schedule lag µs. With -R the
+    # latency counts from the scheduled start; minus the lag it is the SQL's own time, as the load
+    # generator measures a call. Each client's first transaction also prepares the statements.
+    at_rate = sorted((int(f[2]) - int(f[6])) / 1000
+                     for path in glob.glob(os.path.join(out, "pgbench-at-rate.*"))
+                     for f in (line.split() for line in open(path)) if len(f) >= 7 and f[1] != "1")
+    sql_at_rate = None
+    if at_rate:
+        sql_at_rate = {"per_second": pgbench_tps("new-at-rate"), "p50": at_rate[len(at_rate) // 2],
+                       "p99": at_rate[min(len(at_rate) - 1, int(len(at_rate) * 0.99))],
+                       "p999": at_rate[min(len(at_rate) - 1, int(len(at_rate) * 0.999))]}
+        print(f"{'pgbench, new-charge SQL, same rate':36}{sql_at_rate['per_second']:11.1f}{sql_at_rate['p50']:9.2f}"
+              f"{sql_at_rate['p99']:9.2f}{sql_at_rate['p999']:10.2f}")
+    print(f"{'pgbench, select by key':36}{pg_by_key:11.1f}")
+    row("chargeguard duplicates", duplicate)
+    errors = sum(report["errors"] for report in (new, duplicate, latency))
+    for name, report in (("new", new), ("duplicates", duplicate), (f"new at {sim_latency_ms:g} ms", latency)):
+        print(f"outcomes, {name}: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()))
+    print(f"service peak RSS (VmHWM over the three service runs): {rss_mib:.1f} MiB")
+
+    sweep = {}
+    for size in ("small", "large"):
+        claim, swept = load(f"claim-{size}.json"), load(f"sweep-{size}.json")
+        if claim:
+            sweep[size] = {
+                "table_rows": rows[size],
+                "stuck_rows": claim["rows_claimed"],
+                "claim_ms_per_1000": claim["ms_per_thousand_rows"],
+                "sweep_ms_per_1000": swept["ms_per_thousand_rows"] if swept else None,
+            }
+            whole = f"sweep --once {swept['ms_per_thousand_rows']} ms" if swept else "sweep --once: not in this build"
+            print(f"sweep, {claim['rows_claimed']} stuck rows in {rows[size]:,} rows: claim query "
+                  f"{claim['ms_per_thousand_rows']} ms per 1,000 stuck rows; {whole}")
+    if rows["large"] < int(run["sweep_rows_large_asked"]):
+        print(f"(the large sweep table was {rows['large']:,} rows, not the {int(run['sweep_rows_large_asked']):,} asked: "
+              "the time left allowed no more)" if rows["large"] else "(no time was left for a larger sweep table)")
+
+    checks = []
+
+    def check(name, value, goal, met):
+        checks.append({"target": name, "value": value, "goal": goal, "met": met})
+
+    ratio_new = new["ok_per_second"] / pg_new
+    ratio_duplicate = duplicate["ok_per_second"] / pg_by_key
+    added_p99 = latency["latency_ms"]["p99"] - sim_latency_ms
+    check("new charges / pgbench same SQL", round(ratio_new, 3), f">= {TARGET_THROUGHPUT_RATIO}", ratio_new >= TARGET_THROUGHPUT_RATIO)
+    check("duplicates / pgbench select by key", round(ratio_duplicate, 3), f">= {TARGET_THROUGHPUT_RATIO}",
+          ratio_duplicate >= TARGET_THROUGHPUT_RATIO)
+    check(f"p99 over the simulator's {sim_latency_ms:g} ms, ms", round(added_p99, 2), f"<= {TARGET_ADDED_P99_MS:g}",
+          added_p99 <= TARGET_ADDED_P99_MS)
+    check("service peak RSS, MiB", round(rss_mib, 1), f"<= {TARGET_PEAK_RSS_MIB:g}", rss_mib <= TARGET_PEAK_RSS_MIB)
+    if "small" in sweep and "large" in sweep:
+        for kind, key in (("claim query", "claim_ms_per_1000"), ("sweep --once", "sweep_ms_per_1000")):
+            small, large = sweep["small"][key], sweep["large"][key]
+            if small and large:
+                growth = large / small
+                check(f"{kind} per 1,000 stuck rows, {rows['large']:,} / {rows['small']:,} rows", round(growth, 3),
+                      f"<= {TARGET_SWEEP_GROWTH}", growth <= TARGET_SWEEP_GROWTH)
+
+    print()
+    print("ratios and targets:")
+    for c in checks:
+        print(f"  {'met ' if c['met'] else 'MISS'}  {c['target']}: {c['value']} (target {c['goal']})")
+    if sql_at_rate:
+        print(f"  note  for comparison, the same SQL alone at the same rate (pgbench -R): p50 {sql_at_rate['p50']:.2f} ms, "
+              f"p99 {sql_at_rate['p99']:.2f} ms (two durable commits per charge)")
+    if errors:
+        print(f"  note  {errors} calls failed (see the outcomes above)")
+
+    with open(os.path.join(out, "summary.json"), "w") as file:
+        json.dump({
+            "run": run, "pgbench_new_tps": pg_new, "pgbench_by_key_tps": pg_by_key,
+            "service_new": new, "service_duplicate": duplicate, "service_new_latency": latency,
+            "pgbench_new_at_rate": sql_at_rate, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
+        }, file, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "target/bench-run")

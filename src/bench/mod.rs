@@ -1,0 +1,213 @@
+//! `chargeguard bench`: measures the service from outside, the way BENCHMARKS.md quotes it.
+//!
+//! - `bench charge` drives `Charge` over gRPC (the generated client) at a given concurrency, for
+//!   a duration or a request count, with a mix of new operations and duplicates; it prints
+//!   throughput, latency percentiles and outcome counts, and one JSON line for scripts.
+//! - `bench claim` times the sweep's claim query over the rows due now; `bench seed` fills a
+//!   benchmark database with settled and stuck rows for it.
+//!
+//! `bench/run.sh` runs both next to pgbench on the same PostgreSQL. Every loop here is bounded
+//! (concurrency, duration, count, keys kept) so a mistyped flag cannot run away.
+
+pub mod claim;
+pub mod load;
+pub mod mix;
+#[cfg(test)]
+mod pgbench_drift;
+pub mod report;
+pub mod seed;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::config::Config;
+use crate::secret::Secret;
+use crate::store::PostgresStore;
+use crate::store::postgres::PostgresPoolOptions;
+
+/// The variable holding the bearer token: a token never goes on the command line.
+pub const TOKEN_ENV: &str = "CHARGEGUARD_BENCH_TOKEN";
+
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchCommand {
+    /// Calls `Charge` over gRPC in a closed loop and reports throughput and latency.
+    Charge(ChargeArgs),
+    /// Times the sweep's claim query over every row due now (leases them; calls no provider).
+    Claim(ClaimArgs),
+    /// Seeds a benchmark database: settled rows to grow the table, stuck rows for the sweep.
+    Seed(SeedArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ChargeArgs {
+    /// chargeguard's gRPC address. The bearer token comes from CHARGEGUARD_BENCH_TOKEN.
+    #[arg(long, default_value = "http://127.0.0.1:50051")]
+    pub endpoint: String,
+    /// Names the run in the report.
+    #[arg(long, default_value = "charge")]
+    pub label: String,
+    /// Callers, each with one call in flight.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: u32,
+    /// gRPC (HTTP/2) connections the callers share, round-robin.
+    #[arg(long, default_value_t = 4)]
+    pub connections: u32,
+    /// Length of the measured phase. Without --requests the default is 10 s.
+    #[arg(long)]
+    pub duration_seconds: Option<u64>,
+    /// Calls in the measured phase; with --duration-seconds, whichever ends first.
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Unmeasured calls before the measured phase (connections, caches, plans warm up).
+    #[arg(long, default_value_t = 0)]
+    pub warmup_seconds: u64,
+    /// Share of calls that re-send an already-charged operation key.
+    #[arg(long, default_value_t = 0)]
+    pub duplicate_percent: u8,
+    /// New keys charged before the warm-up, so duplicates have something to repeat.
+    #[arg(long, default_value_t = 0)]
+    pub prime_keys: u64,
+    /// Most charged keys remembered for duplicates.
+    #[arg(long, default_value_t = 100_000)]
+    pub key_pool_capacity: usize,
+    /// Prefix of every operation key; a random one by default, so reruns send new keys.
+    #[arg(long)]
+    pub key_prefix: Option<String>,
+    #[arg(long, default_value = "pm_card_visa")]
+    pub payment_method: String,
+    #[arg(long, default_value_t = 1_000)]
+    pub amount_minor: i64,
+    /// Client-side bound on one call.
+    #[arg(long, default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
+    /// Seed of the duplicate mix.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ClaimArgs {
+    /// Rows claimed per statement, like the sweep's batch.
+    #[arg(long, default_value_t = 100)]
+    pub batch_max: u32,
+    /// Stop after this many rows.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows_max: u64,
+    /// Lease put on the claimed rows.
+    #[arg(long, default_value_t = 3_600)]
+    pub lease_seconds: u64,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SeedArgs {
+    /// Settled (succeeded or failed) rows to add.
+    #[arg(long, default_value_t = 0)]
+    pub settled: u64,
+    /// Stuck rows to add: pending, due now, unleased, key window open.
+    #[arg(long, default_value_t = 0)]
+    pub stuck: u64,
+    /// First end every unfinished seeded row (as failed), so only the new stuck rows are due.
+    #[arg(long)]
+    pub settle_unfinished: bool,
+    /// Also write the JSON report to this file.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+}
+
+pub async fn run(command: BenchCommand, config_file: Option<&Path>) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Charge(args) => run_charge(args).await,
+        BenchCommand::Claim(args) => run_claim(args, config_file).await,
+        BenchCommand::Seed(args) => run_seed(args, config_file).await,
+    }
+}
+
+async fn run_charge(args: ChargeArgs) -> anyhow::Result<()> {
+    let token = std::env::var(TOKEN_ENV).with_context(|| format!("{TOKEN_ENV} is not set"))?;
+    let duration_seconds = match (args.duration_seconds, args.requests) {
+        (None, None) => Some(10),
+        (duration, _) => duration,
+    };
+    let settings = load::LoadSettings::new(load::LoadPlan {
+        label: args.label,
+        endpoint: args.endpoint,
+        token: Secret::new(token),
+        concurrency: args.concurrency,
+        connections: args.connections,
+        duration_seconds,
+        requests: args.requests,
+        warmup_seconds: args.warmup_seconds,
+        duplicate_percent: args.duplicate_percent,
+        prime_keys: args.prime_keys,
+        key_pool_capacity: args.key_pool_capacity,
+        key_prefix: args.key_prefix,
+        payment_method: args.payment_method,
+        amount_minor: args.amount_minor,
+        request_timeout_ms: args.request_timeout_ms,
+        seed: args.seed,
+    })?;
+    let report = load::run(settings).await?;
+    print!("{report}");
+    emit_json(&report.json_line(), args.json_out.as_deref())
+}
+
+async fn run_claim(args: ClaimArgs, config_file: Option<&Path>) -> anyhow::Result<()> {
+    let settings = claim::ClaimSettings::new(
+        args.batch_max,
+        args.rows_max,
+        Duration::from_secs(args.lease_seconds),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let store = connect_store(config_file, None)?;
+    let report = claim::run(&store, &settings).await?;
+    print!("{report}");
+    emit_json(&report.json_line(), args.json_out.as_deref())
+}
+
+async fn run_seed(args: SeedArgs, config_file: Option<&Path>) -> anyhow::Result<()> {
+    let settings = seed::SeedSettings::new(args.settled, args.stuck, args.settle_unfinished)
+        .map_err(anyhow::Error::msg)?;
+    // Bulk statements run far longer than the service's statement timeout allows.
+    let store = connect_store(config_file, Some(seed::SEED_STATEMENT_TIMEOUT))?;
+    let report = seed::run(&store, &settings).await?;
+    print!("{report}");
+    emit_json(&report.json_line(), args.json_out.as_deref())
+}
+
+/// One connection to the configured database (`CHARGEGUARD_DATABASE__URL` or the TOML file).
+fn connect_store(
+    config_file: Option<&Path>,
+    statement_timeout: Option<Duration>,
+) -> anyhow::Result<PostgresStore> {
+    let config = Config::load(config_file)?;
+    let url = config
+        .database
+        .url
+        .context("database.url is not set (CHARGEGUARD_DATABASE__URL)")?;
+    Ok(PostgresStore::connect_lazy(
+        url.expose(),
+        &PostgresPoolOptions {
+            connections_max: 1,
+            acquire_timeout: Duration::from_millis(config.database.acquire_timeout_ms),
+            statement_timeout: statement_timeout
+                .unwrap_or(Duration::from_millis(config.database.statement_timeout_ms)),
+        },
+    )?)
+}
+
+fn emit_json(line: &str, file: Option<&Path>) -> anyhow::Result<()> {
+    println!("{line}");
+    if let Some(file) = file {
+        std::fs::write(file, format!("{line}\n"))
+            .with_context(|| format!("writing {}", file.display()))?;
+    }
+    Ok(())
+}

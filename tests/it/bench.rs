@@ -1,0 +1,181 @@
+//! `chargeguard bench` as bench/run.sh uses it: the real binary against the real service. The
+//! counts it reports must agree with each other, with the table and with the provider's ledger
+//! (nothing here asserts on timings).
+
+use std::process::Output;
+
+use serde_json::Value;
+
+use crate::support::{ORDERS_TOKEN, TestApp};
+
+async fn chargeguard(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("chargeguard runs");
+    assert!(
+        output.status.success(),
+        "chargeguard {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// The body of the tagged JSON line the bench printed (also written to its --json-out file).
+fn report(json_file: &std::path::Path, tag: &str) -> Value {
+    let text = std::fs::read_to_string(json_file).expect("the bench wrote its report");
+    let mut value: Value = serde_json::from_str(&text).expect("the report is one JSON object");
+    value[tag].take()
+}
+
+fn count(value: &Value, field: &str) -> u64 {
+    value[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {value}"))
+}
+
+#[tokio::test]
+async fn bench_charge_counts_agree_with_the_table_and_the_provider() {
+    let app = TestApp::spawn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("charge.json");
+    let endpoint = format!("http://{}", app.grpc_addr);
+    let output = chargeguard(
+        &[
+            "bench",
+            "charge",
+            "--endpoint",
+            &endpoint,
+            "--label",
+            "it",
+            "--requests",
+            "40",
+            "--concurrency",
+            "4",
+            "--connections",
+            "2",
+            "--duplicate-percent",
+            "50",
+            "--prime-keys",
+            "6",
+            "--json-out",
+            json.to_str().unwrap(),
+        ],
+        &[("CHARGEGUARD_BENCH_TOKEN", ORDERS_TOKEN)],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("bench it: 4 callers on 2 connections"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("{\"chargeguard_bench\":"),
+        "{stdout}"
+    );
+
+    let report = report(&json, "chargeguard_bench");
+    assert_eq!(count(&report, "requests"), 40, "{report}");
+    assert_eq!(count(&report, "ok"), 40, "{report}");
+    assert_eq!(count(&report, "errors"), 0, "{report}");
+    assert_eq!(count(&report, "primed_keys"), 6, "{report}");
+    let new = count(&report, "sent_new");
+    let duplicates = count(&report, "sent_duplicate");
+    assert_eq!(new + duplicates, 40, "{report}");
+    assert!(
+        duplicates > 0 && new > 0,
+        "a 50 % mix over 40 calls sends both kinds: {report}"
+    );
+    assert_eq!(
+        report["outcomes"]["applied"].as_u64().unwrap_or(0),
+        new,
+        "{report}"
+    );
+    assert_eq!(
+        report["outcomes"]["duplicate"].as_u64().unwrap_or(0),
+        duplicates,
+        "{report}"
+    );
+    assert!(
+        report["latency_ms"]["p99"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+
+    // One row and one charge at the provider per new operation; duplicates add neither.
+    let operations = 6 + new;
+    assert_eq!(app.attempt_rows().await, operations as i64);
+    assert_eq!(
+        app.sim().ledger().await.unwrap().payment_intents.len() as u64,
+        operations
+    );
+}
+
+#[tokio::test]
+async fn bench_seed_and_claim_take_every_stuck_row_once() {
+    let app = TestApp::spawn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let database = [("CHARGEGUARD_DATABASE__URL", app.database.url.as_str())];
+    let seed_json = dir.path().join("seed.json");
+    chargeguard(
+        &[
+            "bench",
+            "seed",
+            "--settled",
+            "300",
+            "--stuck",
+            "25",
+            "--json-out",
+            seed_json.to_str().unwrap(),
+        ],
+        &database,
+    )
+    .await;
+    let seeded = report(&seed_json, "chargeguard_bench_seed");
+    assert_eq!(count(&seeded, "seeded_rows"), 325, "{seeded}");
+    assert_eq!(count(&seeded, "due_now"), 25, "{seeded}");
+
+    let claim_json = dir.path().join("claim.json");
+    chargeguard(
+        &[
+            "bench",
+            "claim",
+            "--batch-max",
+            "10",
+            "--json-out",
+            claim_json.to_str().unwrap(),
+        ],
+        &database,
+    )
+    .await;
+    let claimed = report(&claim_json, "chargeguard_bench_claim");
+    assert_eq!(count(&claimed, "rows_claimed"), 25, "{claimed}");
+    assert_eq!(count(&claimed, "batches"), 3, "{claimed}");
+
+    // Settling ends the leased rows, and the next seeding continues the numbering.
+    chargeguard(
+        &[
+            "bench",
+            "seed",
+            "--settle-unfinished",
+            "--stuck",
+            "5",
+            "--json-out",
+            seed_json.to_str().unwrap(),
+        ],
+        &database,
+    )
+    .await;
+    let again = report(&seed_json, "chargeguard_bench_seed");
+    assert_eq!(count(&again, "unfinished_settled"), 25, "{again}");
+    assert_eq!(count(&again, "seeded_rows"), 330, "{again}");
+    assert_eq!(count(&again, "due_now"), 5, "{again}");
+    assert_eq!(app.attempt_rows().await, 330);
+}
