@@ -69,6 +69,8 @@ pub struct ProviderConfig {
     /// Base URL of a Stripe-compatible API (the simulator); unset means Stripe itself.
     pub base_url: Option<String>,
     pub call_timeout_ms: u64,
+    /// Idle keep-alive connections to the provider; 0 opens a connection per call.
+    pub idle_connections_max: usize,
     pub lookup_pages_max: u32,
     pub return_url: Option<String>,
 }
@@ -284,6 +286,7 @@ impl Default for ProviderConfig {
             api_key: None,
             base_url: None,
             call_timeout_ms: 10_000,
+            idle_connections_max: 64,
             lookup_pages_max: 50,
             return_url: None,
         }
@@ -374,6 +377,7 @@ impl Config {
         check((100..=600_000).contains(&self.database.statement_timeout_ms), "database.statement_timeout_ms must be 100-600000");
         check((100..=600_000).contains(&self.database.acquire_timeout_ms), "database.acquire_timeout_ms must be 100-600000");
         check((100..=300_000).contains(&provider.call_timeout_ms), "provider.call_timeout_ms must be 100-300000");
+        check(provider.idle_connections_max <= 1_024, "provider.idle_connections_max must be 0-1024");
         check((1..=1_000).contains(&provider.lookup_pages_max), "provider.lookup_pages_max must be 1-1000");
         check((1..=10_000_000_000).contains(&charge.amount_minor_max), "charge.amount_minor_max must be 1-10000000000");
         check(

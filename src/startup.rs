@@ -67,13 +67,7 @@ impl Application {
             OpenedStore::Sqlite(_) => None,
         };
         let store: Arc<dyn AttemptStore> = opened.into_store();
-        let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig {
-            api_key: config.provider.api_key.clone().context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
-            base_url: config.provider.base_url.clone(),
-            call_timeout: Duration::from_millis(config.provider.call_timeout_ms),
-            lookup_pages_max: config.provider.lookup_pages_max,
-            return_url: config.provider.return_url.clone(),
-        })?);
+        let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig::from_config(&config.provider)?)?);
         let reporter = report_store.map(|report_store| {
             Reporter::new(report_store, provider.clone(), clock.clone(), ReportSettings::from_config(&config.report))
         });

@@ -1,7 +1,9 @@
-//! The payment provider behind a trait. Only `stripe.rs` knows async-stripe's types; everything
-//! it returns is classified into the few cases the orchestrator must tell apart.
+//! The payment provider behind a trait. Only `stripe.rs` (and the transport under it) knows
+//! async-stripe's types; everything it returns is classified into the few cases the orchestrator
+//! must tell apart.
 
 mod stripe;
+mod transport;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
-use stripe::{ApiErrors, ApiErrorsType, Client, ClientBuilder, RequestStrategy, StripeError, StripeRequest};
+use stripe::{ApiErrors, ApiErrorsType, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::{
     CancelPaymentIntent, CreatePaymentIntent, ListPaymentIntent, RetrievePaymentIntent,
     SearchPaymentIntent,
@@ -13,6 +13,7 @@ use stripe_core::refund::ListRefund;
 use stripe_core::{PaymentIntent, PaymentIntentStatus};
 use stripe_types::{Currency as StripeCurrency, RangeBoundsTs, RangeQueryTs};
 
+use super::transport::{PooledStripeClient, TransportConfig};
 use super::{
     CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, METADATA_CONSUMER,
     METADATA_OPERATION_KEY, PaymentPage, PaymentProvider, ProviderError, RefundPage,
@@ -30,29 +31,46 @@ pub struct StripeProviderConfig {
     pub base_url: Option<String>,
     /// Per call. A call that times out has an unknown outcome.
     pub call_timeout: Duration,
+    /// Idle connections kept open to the provider.
+    pub idle_connections_max: usize,
     /// Bound on list pages read when looking for an attempt's objects without its key.
     pub lookup_pages_max: u32,
     /// Where the customer returns after a redirect-based action, if the integration has one.
     pub return_url: Option<String>,
 }
 
+impl StripeProviderConfig {
+    /// The provider section of the configuration; the API key must be set by then.
+    pub fn from_config(config: &crate::config::ProviderConfig) -> anyhow::Result<Self> {
+        let api_key = config
+            .api_key
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)"))?;
+        Ok(Self {
+            api_key,
+            base_url: config.base_url.clone(),
+            call_timeout: Duration::from_millis(config.call_timeout_ms),
+            idle_connections_max: config.idle_connections_max,
+            lookup_pages_max: config.lookup_pages_max,
+            return_url: config.return_url.clone(),
+        })
+    }
+}
+
 pub struct StripeProvider {
-    client: Client,
+    client: PooledStripeClient,
     config: StripeProviderConfig,
 }
 
 impl StripeProvider {
     pub fn new(config: StripeProviderConfig) -> Result<Self, ProviderError> {
-        let mut builder = ClientBuilder::new(config.api_key.expose())
-            .timeout(config.call_timeout)
-            // Never let the client retry on its own: its retrying strategies use random keys.
-            .request_strategy(RequestStrategy::Once);
-        if let Some(url) = &config.base_url {
-            builder = builder.url(url.clone());
-        }
-        let client = builder
-            .build()
-            .map_err(|error| ProviderError::NotExecuted(format!("stripe client: {error}")))?;
+        let client = PooledStripeClient::new(&TransportConfig {
+            api_key: config.api_key.clone(),
+            base_url: config.base_url.clone(),
+            call_timeout: config.call_timeout,
+            idle_connections_max: config.idle_connections_max,
+        })
+        .map_err(|error| ProviderError::NotExecuted(format!("stripe client: {error}")))?;
         Ok(Self { client, config })
     }
 }

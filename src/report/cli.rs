@@ -80,17 +80,7 @@ async fn produce(config_file: Option<&Path>, args: &ReportArgs) -> anyhow::Resul
             statement_timeout: Duration::from_millis(config.database.statement_timeout_ms),
         },
     )?;
-    let provider = StripeProvider::new(StripeProviderConfig {
-        api_key: config
-            .provider
-            .api_key
-            .clone()
-            .context("provider.api_key is not set (CHARGEGUARD_PROVIDER__API_KEY)")?,
-        base_url: config.provider.base_url.clone(),
-        call_timeout: Duration::from_millis(config.provider.call_timeout_ms),
-        lookup_pages_max: config.provider.lookup_pages_max,
-        return_url: config.provider.return_url.clone(),
-    })?;
+    let provider = StripeProvider::new(StripeProviderConfig::from_config(&config.provider)?)?;
     let reporter = Reporter::new(
         Arc::new(store),
         Arc::new(provider),

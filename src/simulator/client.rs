@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::control::{
-    AdvanceClock, Authenticate, AuthenticationOutcome, Clock, ForcePaymentIntent, Ledger,
+    AdvanceClock, Authenticate, AuthenticationOutcome, Clock, Connections, ForcePaymentIntent, Ledger,
     LedgerPaymentIntent, RequestLogEntry, SeedPaymentIntent, SetFault, SetWebhookMode,
     SetWebhookTarget,
 };
@@ -95,6 +95,11 @@ impl SimControl {
     /// Unix seconds of the sim clock.
     pub async fn now(&self) -> anyhow::Result<i64> {
         Ok(self.get::<Clock>("clock").await?.now)
+    }
+
+    /// TCP connections the simulator has accepted since it started.
+    pub async fn connections_accepted(&self) -> anyhow::Result<u64> {
+        Ok(self.get::<Connections>("connections").await?.accepted)
     }
 
     /// Moves the sim clock forward (whole seconds); returns the new time. Settlements, key

@@ -133,6 +133,11 @@ pub(super) struct Clock {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Connections {
+    pub accepted: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct SetFault {
     pub target: FaultTarget,
     pub spec: FaultSpec,
@@ -188,6 +193,7 @@ async fn route(app: &App, method: &Method, path: &str, body: &[u8]) -> Result<Re
     let no_content = || Reply::json(StatusCode::OK, Bytes::from_static(b"{}"));
     let reply = match (method.as_str(), segments.as_slice()) {
         ("GET", ["clock"]) => ok_json(&Clock { now: app.now() }),
+        ("GET", ["connections"]) => ok_json(&Connections { accepted: app.connections_accepted() }),
         ("POST", ["clock", "advance"]) => {
             let advance: AdvanceClock = parse(body)?;
             let now = app

@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -95,6 +96,8 @@ pub struct App {
     config: SimulatorConfig,
     base_url: String,
     shutdown: CancellationToken,
+    /// Connections accepted since start: how a test sees whether clients keep them alive.
+    connections_accepted: AtomicU64,
 }
 
 impl App {
@@ -115,6 +118,7 @@ impl App {
             config,
             base_url: format!("http://{local_addr}/"),
             shutdown,
+            connections_accepted: AtomicU64::new(0),
         })
     }
 
@@ -128,6 +132,10 @@ impl App {
 
     pub fn now(&self) -> i64 {
         self.clock.now()
+    }
+
+    pub fn connections_accepted(&self) -> u64 {
+        self.connections_accepted.load(Ordering::Relaxed)
     }
 }
 
@@ -147,6 +155,7 @@ pub async fn accept_loop(app: Arc<App>, listener: TcpListener) {
         };
         match accepted {
             Ok((stream, _peer)) => {
+                app.connections_accepted.fetch_add(1, Ordering::Relaxed);
                 let app = app.clone();
                 tokio::spawn(async move {
                     serve_connection(app, stream).await;

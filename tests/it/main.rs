@@ -9,6 +9,7 @@ mod charge;
 mod embedded;
 mod insert_race;
 mod ops;
+mod provider;
 mod recovery;
 mod reports;
 mod simulator;

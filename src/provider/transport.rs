@@ -1,0 +1,206 @@
+//! The HTTP transport under async-stripe's request types: one pooled client for the process.
+//!
+//! async-stripe's own hyper client disables idle pooling, so every call to Stripe would pay a
+//! TCP and TLS handshake (STACK.md, pitfall 4). async-stripe lets any type implementing
+//! `StripeClient` send its requests; this one keeps connections alive, sends exactly one attempt
+//! per call (never the crate's retrying strategies, whose keys are random), never follows
+//! redirects, and turns every answer into the same `StripeError` values the crate's client
+//! produces, so the error classification in `stripe.rs` does not depend on the transport.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, USER_AGENT};
+use stripe::{RequestStrategy, StripeError};
+use stripe_client_core::{CustomizedStripeRequest, StripeClient, StripeMethod};
+
+use crate::secret::Secret;
+
+const STRIPE_API_BASE: &str = "https://api.stripe.com/";
+const USER_AGENT_VALUE: &str = concat!("chargeguard/", env!("CARGO_PKG_VERSION"), " (async-stripe)");
+/// Kept shorter than the keep-alive of common load balancers (60 s), so that a request is not
+/// written into a connection the other side is closing.
+const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct TransportConfig {
+    pub api_key: Secret,
+    /// `None` for Stripe itself; otherwise a base URL ending in `/`.
+    pub base_url: Option<String>,
+    /// Whole call: connect, send and read the answer. The outcome of a call that times out is
+    /// unknown.
+    pub call_timeout: Duration,
+    /// Idle connections kept open to the provider; 0 opens one per call.
+    pub idle_connections_max: usize,
+}
+
+/// Sends async-stripe requests over one connection pool.
+#[derive(Clone)]
+pub struct PooledStripeClient {
+    http: reqwest::Client,
+    api_base: String,
+    authorization: HeaderValue,
+    stripe_version: HeaderValue,
+    call_timeout: Duration,
+}
+
+impl std::fmt::Debug for PooledStripeClient {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The authorization header is deliberately left out.
+        formatter.debug_struct("PooledStripeClient").field("api_base", &self.api_base).finish_non_exhaustive()
+    }
+}
+
+impl PooledStripeClient {
+    pub fn new(config: &TransportConfig) -> Result<Self, StripeError> {
+        let api_base = config.base_url.clone().unwrap_or_else(|| STRIPE_API_BASE.to_owned());
+        let parsed = reqwest::Url::parse(&api_base)
+            .map_err(|error| StripeError::ConfigError(format!("provider base URL: {error}")))?;
+        if !parsed.path().ends_with('/') {
+            return Err(StripeError::ConfigError("provider base URL must end with '/'".to_owned()));
+        }
+        let mut authorization = HeaderValue::try_from(format!("Bearer {}", config.api_key.expose()))
+            .map_err(|_| StripeError::ConfigError("the API key is not a valid header value".to_owned()))?;
+        authorization.set_sensitive(true);
+        let http = reqwest::Client::builder()
+            .http1_only()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(config.idle_connections_max)
+            .pool_idle_timeout(IDLE_CONNECTION_TIMEOUT)
+            .connect_timeout(config.call_timeout)
+            // Stripe does not redirect; following one could re-send a create elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(USER_AGENT_VALUE)
+            .build()
+            .map_err(|error| StripeError::ConfigError(format!("HTTP client: {error}")))?;
+        Ok(Self {
+            http,
+            api_base,
+            authorization,
+            stripe_version: HeaderValue::from_static(stripe_client_core::VERSION.as_str()),
+            call_timeout: config.call_timeout,
+        })
+    }
+
+    async fn send_once(&self, request: reqwest::RequestBuilder) -> Result<Bytes, StripeError> {
+        let response = request.send().await.map_err(transport_error)?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(transport_error)?;
+        if status.is_success() {
+            return Ok(body);
+        }
+        // The same reading as async-stripe's client: a Stripe error body keeps its status; an
+        // answer that is not one (a proxy's HTML 502) cannot be told apart from an unknown outcome.
+        let error = std::str::from_utf8(&body)
+            .ok()
+            .and_then(|text| miniserde::json::from_str::<stripe_shared::Error>(text).ok())
+            .map(|parsed| StripeError::Stripe(parsed.error, status.as_u16()))
+            .unwrap_or_else(|| StripeError::JSONDeserialize(format!("error answer with status {status} was not Stripe's")));
+        Err(error)
+    }
+}
+
+impl StripeClient for PooledStripeClient {
+    type Err = StripeError;
+
+    async fn execute(&self, request: CustomizedStripeRequest) -> Result<Bytes, StripeError> {
+        let (request, overrides) = request.into_pieces();
+        if overrides.account_id.is_some() {
+            return Err(StripeError::ConfigError("connected accounts are not supported".to_owned()));
+        }
+        let idempotency_key = match overrides.request_strategy.unwrap_or(RequestStrategy::Once) {
+            RequestStrategy::Once => None,
+            RequestStrategy::Idempotent(key) => Some(key),
+            // Their retries carry keys the crate makes up; chargeguard retries with stored keys.
+            other => {
+                return Err(StripeError::ConfigError(format!("request strategy {other:?} is not allowed")));
+            }
+        };
+        let mut url = format!("{}v1{}", self.api_base, request.path);
+        if let Some(query) = &request.query {
+            let _ = write!(url, "?{query}");
+        }
+        let method = match request.method {
+            StripeMethod::Get => reqwest::Method::GET,
+            StripeMethod::Post => reqwest::Method::POST,
+            StripeMethod::Delete => reqwest::Method::DELETE,
+        };
+        let mut builder = self
+            .http
+            .request(method, url)
+            .header(AUTHORIZATION, self.authorization.clone())
+            .header("stripe-version", self.stripe_version.clone())
+            .header(USER_AGENT, USER_AGENT_VALUE);
+        if let Some(key) = &idempotency_key {
+            builder = builder.header("idempotency-key", key.as_str());
+        }
+        if let Some(body) = request.body {
+            builder = builder.header(CONTENT_TYPE, "application/x-www-form-urlencoded").body(body);
+        }
+        let timeout = overrides.timeout.unwrap_or(self.call_timeout);
+        match tokio::time::timeout(timeout, self.send_once(builder)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(StripeError::Timeout),
+        }
+    }
+}
+
+fn transport_error(error: reqwest::Error) -> StripeError {
+    if error.is_timeout() {
+        return StripeError::Timeout;
+    }
+    // Without the URL: it can carry query parameters, and the message goes to logs.
+    StripeError::ClientError(error.without_url().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use stripe::StripeRequest as _;
+    use stripe_core::payment_intent::RetrievePaymentIntent;
+
+    use super::*;
+
+    fn config(base_url: &str) -> TransportConfig {
+        TransportConfig {
+            api_key: Secret::new("sk_test_never_printed"),
+            base_url: Some(base_url.to_owned()),
+            call_timeout: Duration::from_millis(200),
+            idle_connections_max: 4,
+        }
+    }
+
+    #[test]
+    fn a_base_url_without_a_trailing_slash_is_refused() {
+        let error = PooledStripeClient::new(&config("http://127.0.0.1:9/v")).unwrap_err();
+        assert!(matches!(error, StripeError::ConfigError(message) if message.contains("end with '/'")));
+    }
+
+    #[test]
+    fn debug_output_leaves_the_api_key_out() {
+        let client = PooledStripeClient::new(&config("http://127.0.0.1:9/")).unwrap();
+        assert!(!format!("{client:?}").contains("never_printed"));
+    }
+
+    #[tokio::test]
+    async fn retrying_strategies_are_refused_before_anything_is_sent() {
+        // Port 9 (discard) is closed here: a request that went out would fail as ClientError.
+        let client = PooledStripeClient::new(&config("http://127.0.0.1:9/")).unwrap();
+        for strategy in [RequestStrategy::Retry(3), RequestStrategy::ExponentialBackoff(3)] {
+            let error = RetrievePaymentIntent::new("pi_1")
+                .customize()
+                .request_strategy(strategy)
+                .send(&client)
+                .await
+                .unwrap_err();
+            assert!(matches!(error, StripeError::ConfigError(message) if message.contains("not allowed")));
+        }
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_a_client_error_not_a_stripe_answer() {
+        let client = PooledStripeClient::new(&config("http://127.0.0.1:9/")).unwrap();
+        let error = RetrievePaymentIntent::new("pi_1").send(&client).await.unwrap_err();
+        assert!(matches!(error, StripeError::ClientError(_) | StripeError::Timeout), "{error:?}");
+    }
+}
