@@ -1,5 +1,6 @@
 -- What chargeguard runs against PostgreSQL for one new charge, as two transactions:
--- insert_pending, then finish_round (src/store/postgres.rs). A unit test (src/bench/pgbench_drift.rs)
+-- insert_pending (a call of the function insert_pending_attempt, migrations/postgres), then
+-- finish_round (src/store/postgres.rs). A unit test (src/bench/pgbench_drift.rs)
 -- fails when these statements and the service's drift apart. bench/run.sh passes the constant
 -- values with -D (see PGBENCH_VALUES there).
 --
@@ -15,22 +16,8 @@
 \set amount 1000
 \set generation 0
 \set calls 1
-WITH existing AS (
-                SELECT * FROM payment_attempts WHERE consumer = :consumer AND operation_key = :key),
-             inserted AS (
-                INSERT INTO payment_attempts (
-                    id, consumer, operation_key, kind, amount_minor, currency, payment_method,
-                    customer, description, metadata, fingerprint, status, provider,
-                    idempotency_key, generation, key_window_started_at, lease_owner,
-                    lease_expires_at, next_check_at, created_at, updated_at)
-                SELECT gen_random_uuid(), :consumer, :key, 'charge', :amount, :currency, :payment_method, :absent, :description, :metadata, :fingerprint, 'pending', :provider, :key,
-                       :generation, :now, gen_random_uuid(), :now, :now, :now, :now
-                WHERE NOT EXISTS (SELECT FROM existing)
-                ON CONFLICT DO NOTHING
-                RETURNING *)
-             SELECT false AS inserted_now, existing.* FROM existing
-             UNION ALL
-             SELECT true, inserted.* FROM inserted
+SELECT * FROM insert_pending_attempt(
+                gen_random_uuid(), :consumer, :key, :amount, :currency, :payment_method, :absent, :description, :metadata, :fingerprint, :provider, :key, :generation, :now, gen_random_uuid(), :now, :now)
 \gset inserted_
 UPDATE payment_attempts SET
                 failure_code = CASE WHEN status = ANY(:unfinished) THEN :absent ELSE failure_code END,

@@ -76,7 +76,7 @@ fn new_charge_script_runs_insert_pending_then_finish_round() {
     let store = shape(STORE);
     let commands = commands(NEW_CHARGE);
     assert_eq!(commands.len(), 2, "{commands:#?}");
-    assert!(shape(&commands[0]).starts_with("WITH existing AS ( SELECT * FROM payment_attempts"));
+    assert!(shape(&commands[0]).starts_with("SELECT * FROM insert_pending_attempt( ?"));
     assert!(shape(&commands[1]).starts_with("UPDATE payment_attempts SET failure_code"));
     for command in &commands {
         assert!(

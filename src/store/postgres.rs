@@ -93,26 +93,12 @@ impl AttemptStore for PostgresStore {
     async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
         let metadata = serde_json::to_value(new.params.metadata.entries())
             .map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        // One round trip for both outcomes: the row that holds the operation, or else the
-        // insert. A duplicate is the common repeated call: it costs one read, as cheap as a
-        // plain select (the insert is not even attempted when the row is seen).
+        // One round trip for both outcomes (migration 20261202000005): the row that holds the
+        // operation, or else the new pending row. A duplicate, the common repeated call, costs one
+        // indexed read; the insert is not even started when the row is there.
         let row = sqlx::query(
-            "WITH existing AS (
-                SELECT * FROM payment_attempts WHERE consumer = $2 AND operation_key = $3),
-             inserted AS (
-                INSERT INTO payment_attempts (
-                    id, consumer, operation_key, kind, amount_minor, currency, payment_method,
-                    customer, description, metadata, fingerprint, status, provider,
-                    idempotency_key, generation, key_window_started_at, lease_owner,
-                    lease_expires_at, next_check_at, created_at, updated_at)
-                SELECT $1, $2, $3, 'charge', $4, $5, $6, $7, $8, $9, $10, 'pending', $11, $12,
-                       $13, $14, $15, $16, $17, $14, $14
-                WHERE NOT EXISTS (SELECT FROM existing)
-                ON CONFLICT DO NOTHING
-                RETURNING *)
-             SELECT false AS inserted_now, existing.* FROM existing
-             UNION ALL
-             SELECT true, inserted.* FROM inserted",
+            "SELECT * FROM insert_pending_attempt(
+                $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
         )
         .bind(new.id.as_uuid())
         .bind(new.consumer.as_str())
@@ -135,14 +121,13 @@ impl AttemptStore for PostgresStore {
         .await
         .map_err(unavailable)?;
         if let Some(row) = row {
-            let inserted_now: bool = row.try_get("inserted_now").map_err(unavailable)?;
             let attempt = attempt_from_row(&row)?;
-            return Ok(if inserted_now { InsertOutcome::Inserted(attempt) } else { InsertOutcome::Existing(attempt) });
+            // Only the row this call proposed carries its new id.
+            return Ok(if attempt.id == new.id { InsertOutcome::Inserted(attempt) } else { InsertOutcome::Existing(attempt) });
         }
-        // Neither: a concurrent insert of the operation committed after this statement's
-        // snapshot was taken. The select could not see it; the insert waited for it and then
-        // conflicted (or, impossibly, the conflict was on the derived key, a function of the
-        // operation). A new statement sees the row.
+        // Nothing: the function re-reads after a conflict, so only a conflict on the derived
+        // key with another operation's row (impossible: the key is a function of the operation)
+        // gets here. Read once more and report what is there.
         conflict_winner(self, new).await
     }
 

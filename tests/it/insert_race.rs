@@ -1,6 +1,6 @@
 //! `insert_pending` answers a duplicate in the same statement as the insert. When the row that
-//! holds the operation commits while that statement waits for it, the statement's snapshot
-//! cannot see the row: the store must read it again rather than report nothing (SEMANTICS.md
+//! holds the operation commits while that statement's insert waits for it, the first read
+//! could not see the row: the store must read it again rather than report nothing (SEMANTICS.md
 //! invariants 1 and 3).
 
 use std::time::Duration;
