@@ -14,8 +14,10 @@
 #   4. the same, every call a duplicate of an already-charged operation;
 #   5. the same as 3 with the simulator's latency set to BENCH_SIM_LATENCY_MS, then pgbench's
 #      new-charge SQL at the rate the service reached (its own latency at that load);
-#   6. the service's peak RSS over 3-5 (VmHWM);
-#   7. the sweep over BENCH_STUCK_ROWS stuck rows in a table of BENCH_SWEEP_ROWS_SMALL rows, then
+#   6. gRPC health checks on the same server and connections: the ceiling of any unary call here
+#      (no database, no provider), which bounds what 3 and 4 could reach on this machine;
+#   7. the service's peak RSS over 3-6 (VmHWM);
+#   8. the sweep over BENCH_STUCK_ROWS stuck rows in a table of BENCH_SWEEP_ROWS_SMALL rows, then
 #      of BENCH_SWEEP_ROWS_LARGE rows or the largest that fits the time left (it says which):
 #      the claim query alone (`chargeguard bench claim`), and `chargeguard sweep --once` when
 #      this build has it;
@@ -238,6 +240,9 @@ rate=$(json_field "$OUT/service-new-latency.json" ok_per_second)
 log "pgbench new-charge SQL at the service's rate ($rate/s)"
 pgbench_run new-at-rate bench/pgbench/new_charge.sql "$SECONDS_MEASURED" "${PGBENCH_VALUES[@]}" \
   -R "$rate" -l --log-prefix="$OUT/pgbench-at-rate"
+
+log "gRPC health checks on the same connections (the ceiling of a unary call here)"
+bench_charge grpc-ceiling --health-check
 
 peak_rss_kib=$(awk '/^VmHWM:/ {print $2}' "/proc/$serve_pid/status")
 echo "service peak RSS: $peak_rss_kib KiB"

@@ -32,6 +32,7 @@ def main(out):
         raise SystemExit(f"no tps in pgbench-{label}.log")
 
     new, duplicate, latency = load("service-new.json"), load("service-duplicate.json"), load("service-new-latency.json")
+    ceiling = load("service-grpc-ceiling.json")
     pg_new, pg_by_key = pgbench_tps("new"), pgbench_tps("by-key")
     sim_latency_ms = float(run["sim_latency_ms"])
     rss_mib = int(run["peak_rss_kib"]) / 1024
@@ -68,6 +69,8 @@ def main(out):
               f"{sql_at_rate['p99']:9.2f}{sql_at_rate['p999']:10.2f}")
     print(f"{'pgbench, select by key':36}{pg_by_key:11.1f}")
     row("chargeguard duplicates", duplicate)
+    if ceiling:
+        row("gRPC health check (ceiling)", ceiling)
     errors = sum(report["errors"] for report in (new, duplicate, latency))
     for name, report in (("new", new), ("duplicates", duplicate), (f"new at {sim_latency_ms:g} ms", latency)):
         print(f"outcomes, {name}: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()))
@@ -119,6 +122,10 @@ def main(out):
     if sql_at_rate:
         print(f"  note  for comparison, the same SQL alone at the same rate (pgbench -R): p50 {sql_at_rate['p50']:.2f} ms, "
               f"p99 {sql_at_rate['p99']:.2f} ms (two durable commits per charge)")
+    if ceiling:
+        c = ceiling["ok_per_second"]
+        print(f"  note  a unary gRPC call that does nothing reaches {c:.0f}/s here = {c / pg_by_key:.2f} x pgbench select by key; "
+              f"duplicates reach {duplicate['ok_per_second'] / c:.2f} and new charges {new['ok_per_second'] / c:.2f} of it")
     if errors:
         print(f"  note  {errors} calls failed (see the outcomes above)")
 
@@ -126,7 +133,7 @@ def main(out):
         json.dump({
             "run": run, "pgbench_new_tps": pg_new, "pgbench_by_key_tps": pg_by_key,
             "service_new": new, "service_duplicate": duplicate, "service_new_latency": latency,
-            "pgbench_new_at_rate": sql_at_rate, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
+            "pgbench_new_at_rate": sql_at_rate, "service_grpc_ceiling": ceiling, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
         }, file, indent=1)
 
 

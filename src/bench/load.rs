@@ -12,6 +12,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 
 use super::mix::{CallKind, DuplicatePercent, KeyPool};
 use super::report::{CallResult, LoadReport, Recorder, RunDescription};
@@ -56,6 +59,18 @@ pub struct LoadSettings {
     pub amount_minor: i64,
     pub request_timeout: Duration,
     pub seed: u64,
+    pub target: CallTarget,
+}
+
+/// What each call of the run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallTarget {
+    /// `Payments/Charge`: the product's path.
+    Charge,
+    /// `grpc.health.v1.Health/Check` on the same server and connections: no database, no
+    /// provider, no authentication. Its throughput is the ceiling of any unary call of this
+    /// server on this machine, which tells how much of a charge's cost is gRPC itself.
+    HealthCheck,
 }
 
 /// The parts of [`LoadSettings`] a caller chooses; `LoadSettings::new` checks them.
@@ -77,6 +92,7 @@ pub struct LoadPlan {
     pub amount_minor: i64,
     pub request_timeout_ms: u64,
     pub seed: u64,
+    pub target: CallTarget,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +162,10 @@ impl LoadSettings {
         );
         check(!plan.token.is_empty(), "the bearer token is empty");
         check(
+            plan.target == CallTarget::Charge || (plan.duplicate_percent == 0 && plan.prime_keys == 0),
+            "health checks have no keys: duplicate percent and prime keys must be 0",
+        );
+        check(
             plan.endpoint.starts_with("http://") || plan.endpoint.starts_with("https://"),
             "endpoint must be an http:// or https:// URL",
         );
@@ -178,6 +198,7 @@ impl LoadSettings {
             amount_minor: plan.amount_minor,
             request_timeout: Duration::from_millis(plan.request_timeout_ms),
             seed: plan.seed,
+            target: plan.target,
         })
     }
 }
@@ -266,26 +287,33 @@ async fn connect(settings: &LoadSettings) -> Result<Vec<Channel>, LoadError> {
     Ok(channels)
 }
 
+/// One caller's clients, on the connection it was given.
+struct Clients {
+    payments: PaymentsClient<Channel>,
+    health: HealthClient<Channel>,
+}
+
 fn spawn_callers<F, Fut, T>(
     shared: &Arc<Shared>,
     channels: &[Channel],
     body: F,
 ) -> Vec<tokio::task::JoinHandle<T>>
 where
-    F: Fn(Arc<Shared>, PaymentsClient<Channel>, u32) -> Fut,
+    F: Fn(Arc<Shared>, Clients, u32) -> Fut,
     Fut: std::future::Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
     (0..shared.settings.concurrency)
         .map(|worker| {
             let channel = channels[worker as usize % channels.len()].clone();
-            tokio::spawn(body(shared.clone(), PaymentsClient::new(channel), worker))
+            let clients = Clients { payments: PaymentsClient::new(channel.clone()), health: HealthClient::new(channel) };
+            tokio::spawn(body(shared.clone(), clients, worker))
         })
         .collect()
 }
 
 /// Charges new keys until `prime_keys` were sent; the answered ones become duplicates-to-be.
-async fn prime(shared: Arc<Shared>, mut client: PaymentsClient<Channel>, worker: u32) {
+async fn prime(shared: Arc<Shared>, mut clients: Clients, worker: u32) {
     let mut rng = ChaCha8Rng::seed_from_u64(shared.settings.seed ^ 0x5052_494d ^ u64::from(worker));
     loop {
         let n = shared.primed.fetch_add(1, Ordering::Relaxed);
@@ -295,7 +323,7 @@ async fn prime(shared: Arc<Shared>, mut client: PaymentsClient<Channel>, worker:
         }
         let key: Arc<str> = Arc::from(format!("{}p{n}", shared.settings.key_prefix));
         if matches!(
-            call(&shared, &mut client, &key).await,
+            call(&shared, &mut clients, &key).await,
             CallResult::Answered(_)
         ) {
             shared.pool.lock().expect("pool lock").insert(key, &mut rng);
@@ -305,7 +333,7 @@ async fn prime(shared: Arc<Shared>, mut client: PaymentsClient<Channel>, worker:
 
 async fn call_loop(
     shared: Arc<Shared>,
-    mut client: PaymentsClient<Channel>,
+    mut clients: Clients,
     worker: u32,
     warmup_end: Instant,
     measure_end: Instant,
@@ -344,7 +372,10 @@ async fn call_loop(
                 )
             }
         };
-        let result = call(&shared, &mut client, &key).await;
+        let result = match settings.target {
+            CallTarget::Charge => call(&shared, &mut clients, &key).await,
+            CallTarget::HealthCheck => health_check(&shared, &mut clients.health).await,
+        };
         finished = Instant::now();
         if kind == CallKind::New && matches!(result, CallResult::Answered(_)) {
             shared.pool.lock().expect("pool lock").insert(key, &mut rng);
@@ -358,7 +389,7 @@ async fn call_loop(
 
 /// One `Charge` call. The parameters depend only on the key, so a duplicate repeats its
 /// original request exactly (a different one would be an `operation_mismatch`).
-async fn call(shared: &Shared, client: &mut PaymentsClient<Channel>, key: &str) -> CallResult {
+async fn call(shared: &Shared, clients: &mut Clients, key: &str) -> CallResult {
     let settings = &shared.settings;
     let mut request = tonic::Request::new(ChargeRequest {
         operation_key: key.to_owned(),
@@ -372,7 +403,7 @@ async fn call(shared: &Shared, client: &mut PaymentsClient<Channel>, key: &str) 
     request
         .metadata_mut()
         .insert("authorization", shared.authorization.clone());
-    match tokio::time::timeout(settings.request_timeout, client.charge(request)).await {
+    match tokio::time::timeout(settings.request_timeout, clients.payments.charge(request)).await {
         Err(_) => CallResult::Failed("client_timeout".to_owned()),
         Ok(Ok(response)) => match ChargeOutcome::try_from(response.get_ref().outcome) {
             Ok(ChargeOutcome::Applied) => CallResult::Answered("applied"),
@@ -388,6 +419,19 @@ async fn call(shared: &Shared, client: &mut PaymentsClient<Channel>, key: &str) 
                 .unwrap_or("none");
             CallResult::Failed(format!("{}/{code}", grpc_code_name(status.code())))
         }
+    }
+}
+
+/// One health check of the Payments service (answered from memory by the server).
+async fn health_check(shared: &Shared, client: &mut HealthClient<Channel>) -> CallResult {
+    let request = HealthCheckRequest { service: "chargeguard.v1.Payments".to_owned() };
+    match tokio::time::timeout(shared.settings.request_timeout, client.check(request)).await {
+        Err(_) => CallResult::Failed("client_timeout".to_owned()),
+        Ok(Ok(response)) => match ServingStatus::try_from(response.get_ref().status) {
+            Ok(ServingStatus::Serving) => CallResult::Answered("serving"),
+            _ => CallResult::Answered("not_serving"),
+        },
+        Ok(Err(status)) => CallResult::Failed(grpc_code_name(status.code())),
     }
 }
 
@@ -426,6 +470,7 @@ mod tests {
             amount_minor: 1_000,
             request_timeout_ms: 30_000,
             seed: 0,
+            target: CallTarget::Charge,
         }
     }
 

@@ -85,6 +85,10 @@ pub struct ChargeArgs {
     /// Seed of the duplicate mix.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Call `grpc.health.v1.Health/Check` instead of `Charge` (the same connections, nothing
+    /// behind it): the ceiling of any unary call of this server on this machine.
+    #[arg(long)]
+    pub health_check: bool,
     /// Also write the JSON report to this file.
     #[arg(long)]
     pub json_out: Option<PathBuf>,
@@ -153,6 +157,7 @@ async fn run_charge(args: ChargeArgs) -> anyhow::Result<()> {
         amount_minor: args.amount_minor,
         request_timeout_ms: args.request_timeout_ms,
         seed: args.seed,
+        target: if args.health_check { load::CallTarget::HealthCheck } else { load::CallTarget::Charge },
     })?;
     let report = load::run(settings).await?;
     print!("{report}");
