@@ -12,8 +12,9 @@
 #   2. pgbench, the duplicate path's select-by-key (bench/pgbench/by_key.sql);
 #   3. `chargeguard bench charge`, new operations, simulator at zero added latency;
 #   4. the same, every call a duplicate of an already-charged operation;
-#   5. the same as 3 with the simulator's latency set to BENCH_SIM_LATENCY_MS, then pgbench's
-#      new-charge SQL at the rate the service reached (its own latency at that load);
+#   5. the same as 3 with the simulator's latency set to BENCH_SIM_LATENCY_MS, then the simulator
+#      alone at that setting (creates straight to it, same concurrency: its own latency), then
+#      pgbench's new-charge SQL at the rate the service reached (its own latency at that load);
 #   6. gRPC health checks on the same server and connections: the ceiling of any unary call here
 #      (no database, no provider), which bounds what 3 and 4 could reach on this machine;
 #   7. the service's peak RSS over 3-6 (VmHWM);
@@ -232,6 +233,13 @@ bench_charge duplicate --duplicate-percent 100 --prime-keys "$PRIME_KEYS"
 log "chargeguard new charges, simulator at $SIM_LATENCY_MS ms"
 set_sim_latency "$SIM_LATENCY_MS"
 bench_charge new-latency
+# The simulator's own latency at this setting and concurrency (its timer and handling add to the
+# configured figure): creates sent straight to it through chargeguard's provider client.
+log "the simulator alone at $SIM_LATENCY_MS ms, $CONCURRENCY callers"
+CHARGEGUARD_BENCH_PROVIDER_API_KEY=$SIM_API_KEY "$BIN" bench charge --provider-url "http://$SIM_ADDR/" \
+  --label provider-latency --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" \
+  --duration-seconds "$SECONDS_MEASURED" --warmup-seconds "$SECONDS_WARMUP" \
+  --json-out "$OUT/service-provider-latency.json" | grep -v '^{'
 set_sim_latency 0
 
 # The same SQL at the rate the service just reached, one transaction logged per line: how much of

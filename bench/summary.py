@@ -33,6 +33,7 @@ def main(out):
 
     new, duplicate, latency = load("service-new.json"), load("service-duplicate.json"), load("service-new-latency.json")
     ceiling = load("service-grpc-ceiling.json")
+    provider_alone = load("service-provider-latency.json")
     pg_new, pg_by_key = pgbench_tps("new"), pgbench_tps("by-key")
     sim_latency_ms = float(run["sim_latency_ms"])
     rss_mib = int(run["peak_rss_kib"]) / 1024
@@ -54,6 +55,8 @@ def main(out):
     print(f"{'pgbench, new-charge SQL':36}{pg_new:11.1f}")
     row("chargeguard new, simulator 0 ms", new)
     row(f"chargeguard new, simulator {sim_latency_ms:g} ms", latency)
+    if provider_alone:
+        row(f"the simulator alone at {sim_latency_ms:g} ms", provider_alone)
     # Per transaction: client, number, latency µs, script, epoch s, µs, schedule lag µs. With -R the
     # latency counts from the scheduled start; minus the lag it is the SQL's own time, as the load
     # generator measures a call. Each client's first transaction also prepares the statements.
@@ -100,12 +103,15 @@ def main(out):
 
     ratio_new = new["ok_per_second"] / pg_new
     ratio_duplicate = duplicate["ok_per_second"] / pg_by_key
-    added_p99 = latency["latency_ms"]["p99"] - sim_latency_ms
+    # "Over the simulator's own latency": measured at the same setting and concurrency when the
+    # run has it (a 20 ms sleep in the simulator takes ~21-22 ms), else the configured figure.
+    sim_own_p99 = provider_alone["latency_ms"]["p99"] if provider_alone else sim_latency_ms
+    added_p99 = latency["latency_ms"]["p99"] - sim_own_p99
     check("new charges / pgbench same SQL", round(ratio_new, 3), f">= {TARGET_THROUGHPUT_RATIO}", ratio_new >= TARGET_THROUGHPUT_RATIO)
     check("duplicates / pgbench select by key", round(ratio_duplicate, 3), f">= {TARGET_THROUGHPUT_RATIO}",
           ratio_duplicate >= TARGET_THROUGHPUT_RATIO)
-    check(f"p99 over the simulator's {sim_latency_ms:g} ms, ms", round(added_p99, 2), f"<= {TARGET_ADDED_P99_MS:g}",
-          added_p99 <= TARGET_ADDED_P99_MS)
+    check(f"p99 over the simulator's own p99 ({sim_own_p99:.2f} ms at {sim_latency_ms:g} ms), ms", round(added_p99, 2),
+          f"<= {TARGET_ADDED_P99_MS:g}", added_p99 <= TARGET_ADDED_P99_MS)
     check("service peak RSS, MiB", round(rss_mib, 1), f"<= {TARGET_PEAK_RSS_MIB:g}", rss_mib <= TARGET_PEAK_RSS_MIB)
     if "small" in sweep and "large" in sweep:
         for kind, key in (("claim query", "claim_ms_per_1000"), ("sweep --once", "sweep_ms_per_1000")):
@@ -122,6 +128,10 @@ def main(out):
     if sql_at_rate:
         print(f"  note  for comparison, the same SQL alone at the same rate (pgbench -R): p50 {sql_at_rate['p50']:.2f} ms, "
               f"p99 {sql_at_rate['p99']:.2f} ms (two durable commits per charge)")
+    if provider_alone:
+        added_p50 = latency["latency_ms"]["p50"] - provider_alone["latency_ms"]["p50"]
+        print(f"  note  p50 over the simulator's own p50: {added_p50:.2f} ms; p99 over the configured {sim_latency_ms:g} ms: "
+              f"{latency['latency_ms']['p99'] - sim_latency_ms:.2f} ms")
     if ceiling:
         c = ceiling["ok_per_second"]
         print(f"  note  a unary gRPC call that does nothing reaches {c:.0f}/s here = {c / pg_by_key:.2f} x pgbench select by key; "
@@ -133,7 +143,7 @@ def main(out):
         json.dump({
             "run": run, "pgbench_new_tps": pg_new, "pgbench_by_key_tps": pg_by_key,
             "service_new": new, "service_duplicate": duplicate, "service_new_latency": latency,
-            "pgbench_new_at_rate": sql_at_rate, "service_grpc_ceiling": ceiling, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
+            "pgbench_new_at_rate": sql_at_rate, "service_grpc_ceiling": ceiling, "provider_alone": provider_alone, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
         }, file, indent=1)
 
 

@@ -18,7 +18,9 @@ use tonic_health::pb::HealthCheckRequest;
 
 use super::mix::{CallKind, DuplicatePercent, KeyPool};
 use super::report::{CallResult, LoadReport, Recorder, RunDescription};
+use crate::domain::{AttemptId, ChargeParams, ConsumerName, OperationKey, derive_idempotency_key};
 use crate::grpc::ERROR_CODE_METADATA;
+use crate::provider::{CreatePayment, PaymentProvider, ProviderError};
 use crate::grpc::proto::payments_client::PaymentsClient;
 use crate::grpc::proto::{ChargeOutcome, ChargeRequest};
 use crate::secret::Secret;
@@ -71,6 +73,10 @@ pub enum CallTarget {
     /// provider, no authentication. Its throughput is the ceiling of any unary call of this
     /// server on this machine, which tells how much of a charge's cost is gRPC itself.
     HealthCheck,
+    /// A create straight to the provider (the simulator), through chargeguard's own provider
+    /// client, one new idempotency key per call: the provider's own latency at this
+    /// concurrency, which a charge's latency is compared with.
+    ProviderCreate,
 }
 
 /// The parts of [`LoadSettings`] a caller chooses; `LoadSettings::new` checks them.
@@ -163,7 +169,7 @@ impl LoadSettings {
         check(!plan.token.is_empty(), "the bearer token is empty");
         check(
             plan.target == CallTarget::Charge || (plan.duplicate_percent == 0 && plan.prime_keys == 0),
-            "health checks have no keys: duplicate percent and prime keys must be 0",
+            "only Charge runs have duplicates: duplicate percent and prime keys must be 0",
         );
         check(
             plan.endpoint.starts_with("http://") || plan.endpoint.starts_with("https://"),
@@ -212,10 +218,22 @@ struct Shared {
     tickets: AtomicU64,
     /// Numbers the priming calls.
     primed: AtomicU64,
+    /// For [`CallTarget::ProviderCreate`]: the provider client and the request every call sends.
+    provider: Option<DirectProvider>,
+}
+
+/// What a [`CallTarget::ProviderCreate`] run sends, built once.
+pub struct DirectProvider {
+    pub provider: Arc<dyn PaymentProvider>,
+    pub consumer: ConsumerName,
+    pub params: ChargeParams,
 }
 
 /// Runs the whole plan and returns what the measured phase saw.
-pub async fn run(settings: LoadSettings) -> Result<LoadReport, LoadError> {
+pub async fn run(settings: LoadSettings, provider: Option<DirectProvider>) -> Result<LoadReport, LoadError> {
+    if (settings.target == CallTarget::ProviderCreate) != provider.is_some() {
+        return Err(LoadError::Invalid(vec!["a provider run needs the provider, and only it".to_owned()]));
+    }
     let channels = connect(&settings).await?;
     let authorization = format!("Bearer {}", settings.token.expose())
         .parse()
@@ -229,6 +247,7 @@ pub async fn run(settings: LoadSettings) -> Result<LoadReport, LoadError> {
         authorization,
         tickets: AtomicU64::new(0),
         primed: AtomicU64::new(0),
+        provider,
         settings,
     });
 
@@ -276,6 +295,11 @@ async fn connect(settings: &LoadSettings) -> Result<Vec<Channel>, LoadError> {
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true);
     let mut channels = Vec::with_capacity(settings.connections as usize);
+    if settings.target == CallTarget::ProviderCreate {
+        // No call goes to the service: channels that never connect keep the callers uniform.
+        channels.push(endpoint.connect_lazy());
+        return Ok(channels);
+    }
     for _ in 0..settings.connections {
         channels.push(
             endpoint
@@ -375,6 +399,7 @@ async fn call_loop(
         let result = match settings.target {
             CallTarget::Charge => call(&shared, &mut clients, &key).await,
             CallTarget::HealthCheck => health_check(&shared, &mut clients.health).await,
+            CallTarget::ProviderCreate => provider_create(&shared, &key).await,
         };
         finished = Instant::now();
         if kind == CallKind::New && matches!(result, CallResult::Answered(_)) {
@@ -432,6 +457,37 @@ async fn health_check(shared: &Shared, client: &mut HealthClient<Channel>) -> Ca
             _ => CallResult::Answered("not_serving"),
         },
         Ok(Err(status)) => CallResult::Failed(grpc_code_name(status.code())),
+    }
+}
+
+/// One create at the provider under a key of its own (the operation key doubles as it).
+async fn provider_create(shared: &Shared, key: &str) -> CallResult {
+    let Some(direct) = &shared.provider else {
+        return CallResult::Failed("no_provider".to_owned());
+    };
+    let Ok(operation_key) = OperationKey::parse(key) else {
+        return CallResult::Failed("bad_key".to_owned());
+    };
+    let idempotency_key = derive_idempotency_key(&direct.consumer, &operation_key, 0);
+    let create = CreatePayment {
+        attempt_id: AttemptId::from_uuid(uuid::Uuid::now_v7()),
+        consumer: &direct.consumer,
+        operation_key: &operation_key,
+        params: &direct.params,
+        idempotency_key: &idempotency_key,
+    };
+    match tokio::time::timeout(shared.settings.request_timeout, direct.provider.create_payment(create)).await {
+        Err(_) => CallResult::Failed("client_timeout".to_owned()),
+        Ok(Ok(_)) => CallResult::Answered("created"),
+        Ok(Err(error)) => CallResult::Failed(
+            match error {
+                ProviderError::OutcomeUnknown(_) => "outcome_unknown",
+                ProviderError::NotExecuted(_) => "not_executed",
+                ProviderError::NotFound(_) => "not_found",
+                ProviderError::KeyConflict(_) => "key_conflict",
+            }
+            .to_owned(),
+        ),
     }
 }
 

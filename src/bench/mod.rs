@@ -23,12 +23,16 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::config::Config;
+use crate::domain::{ChargeParams, ConsumerName, Currency, Description, Metadata, PaymentMethodId};
+use crate::provider::{StripeProvider, StripeProviderConfig};
 use crate::secret::Secret;
 use crate::store::PostgresStore;
 use crate::store::postgres::PostgresPoolOptions;
 
 /// The variable holding the bearer token: a token never goes on the command line.
 pub const TOKEN_ENV: &str = "CHARGEGUARD_BENCH_TOKEN";
+/// The provider's API key for `bench charge --provider-url`.
+pub const PROVIDER_KEY_ENV: &str = "CHARGEGUARD_BENCH_PROVIDER_API_KEY";
 
 #[derive(Debug, clap::Subcommand)]
 pub enum BenchCommand {
@@ -87,8 +91,14 @@ pub struct ChargeArgs {
     pub seed: u64,
     /// Call `grpc.health.v1.Health/Check` instead of `Charge` (the same connections, nothing
     /// behind it): the ceiling of any unary call of this server on this machine.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "provider_url")]
     pub health_check: bool,
+    /// Create payment intents straight at this provider base URL (the simulator's, ending in
+    /// `/`) through chargeguard's provider client instead of calling the service: the
+    /// provider's own latency at this concurrency. The key comes from
+    /// CHARGEGUARD_BENCH_PROVIDER_API_KEY.
+    #[arg(long)]
+    pub provider_url: Option<String>,
     /// Also write the JSON report to this file.
     #[arg(long)]
     pub json_out: Option<PathBuf>,
@@ -135,7 +145,12 @@ pub async fn run(command: BenchCommand, config_file: Option<&Path>) -> anyhow::R
 }
 
 async fn run_charge(args: ChargeArgs) -> anyhow::Result<()> {
-    let token = std::env::var(TOKEN_ENV).with_context(|| format!("{TOKEN_ENV} is not set"))?;
+    let provider = args.provider_url.as_deref().map(direct_provider).transpose()?;
+    // A provider run calls no service: it needs no token.
+    let token = match &provider {
+        Some(_) => "unused".to_owned(),
+        None => std::env::var(TOKEN_ENV).with_context(|| format!("{TOKEN_ENV} is not set"))?,
+    };
     let duration_seconds = match (args.duration_seconds, args.requests) {
         (None, None) => Some(10),
         (duration, _) => duration,
@@ -157,11 +172,42 @@ async fn run_charge(args: ChargeArgs) -> anyhow::Result<()> {
         amount_minor: args.amount_minor,
         request_timeout_ms: args.request_timeout_ms,
         seed: args.seed,
-        target: if args.health_check { load::CallTarget::HealthCheck } else { load::CallTarget::Charge },
+        target: if provider.is_some() {
+            load::CallTarget::ProviderCreate
+        } else if args.health_check {
+            load::CallTarget::HealthCheck
+        } else {
+            load::CallTarget::Charge
+        },
     })?;
-    let report = load::run(settings).await?;
+    let report = load::run(settings, provider).await?;
     print!("{report}");
     emit_json(&report.json_line(), args.json_out.as_deref())
+}
+
+/// The provider client the service would build for `base_url`, and the request `Charge` sends.
+fn direct_provider(base_url: &str) -> anyhow::Result<load::DirectProvider> {
+    let api_key = std::env::var(PROVIDER_KEY_ENV).with_context(|| format!("{PROVIDER_KEY_ENV} is not set"))?;
+    let mut provider_config = crate::config::ProviderConfig::default();
+    provider_config.api_key = Some(Secret::new(api_key));
+    provider_config.base_url = Some(base_url.to_owned());
+    let provider = StripeProvider::new(StripeProviderConfig::from_config(&provider_config)?)?;
+    let metadata = [("bench".to_owned(), "provider".to_owned())];
+    let params = ChargeParams::new(
+        1_000,
+        i64::MAX,
+        Currency::parse("usd")?,
+        PaymentMethodId::parse("pm_card_visa")?,
+        None,
+        Some(Description::parse("chargeguard bench")?),
+        Metadata::parse(metadata.iter().map(|(key, value)| (key, value)))?,
+    )
+    ?;
+    Ok(load::DirectProvider {
+        provider: std::sync::Arc::new(provider),
+        consumer: ConsumerName::parse("bench")?,
+        params,
+    })
 }
 
 async fn run_claim(args: ClaimArgs, config_file: Option<&Path>) -> anyhow::Result<()> {

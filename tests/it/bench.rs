@@ -6,7 +6,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use crate::support::{ORDERS_TOKEN, TestApp};
+use crate::support::{ORDERS_TOKEN, SIM_API_KEY, TestApp};
 
 async fn chargeguard(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
@@ -178,4 +178,37 @@ async fn bench_seed_and_claim_take_every_stuck_row_once() {
     assert_eq!(count(&again, "seeded_rows"), 330, "{again}");
     assert_eq!(count(&again, "due_now"), 5, "{again}");
     assert_eq!(app.attempt_rows().await, 330);
+}
+
+#[tokio::test]
+async fn bench_health_check_and_provider_runs_call_only_their_target() {
+    let app = TestApp::spawn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = format!("http://{}", app.grpc_addr);
+
+    // Health checks: answered SERVING, and neither the table nor the provider sees a call.
+    let health_json = dir.path().join("health.json");
+    chargeguard(
+        &["bench", "charge", "--endpoint", &endpoint, "--health-check", "--requests", "30",
+          "--concurrency", "3", "--connections", "1", "--json-out", health_json.to_str().unwrap()],
+        &[("CHARGEGUARD_BENCH_TOKEN", ORDERS_TOKEN)],
+    )
+    .await;
+    let health = report(&health_json, "chargeguard_bench");
+    assert_eq!(count(&health, "ok"), 30, "{health}");
+    assert_eq!(health["outcomes"]["serving"].as_u64(), Some(30), "{health}");
+    assert_eq!(app.attempt_rows().await, 0);
+
+    // Creates straight at the simulator: one payment intent each, and no attempt row.
+    let provider_json = dir.path().join("provider.json");
+    chargeguard(
+        &["bench", "charge", "--provider-url", &app.simulator.base_url(), "--requests", "25",
+          "--concurrency", "5", "--connections", "1", "--json-out", provider_json.to_str().unwrap()],
+        &[("CHARGEGUARD_BENCH_PROVIDER_API_KEY", SIM_API_KEY)],
+    )
+    .await;
+    let provider = report(&provider_json, "chargeguard_bench");
+    assert_eq!(provider["outcomes"]["created"].as_u64(), Some(25), "{provider}");
+    assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 25);
+    assert_eq!(app.attempt_rows().await, 0);
 }
