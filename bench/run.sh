@@ -156,11 +156,44 @@ PGBENCH_VALUES=(
   -D fingerprint=5f0c8a4c1d7e2b9a3f6e0d4c8b2a7f1e9d3c5b7a0e2f4d6c8b1a3e5f7d9c0b2a
   -D provider=stripe -D now=now -D succeeded=succeeded -D 'unfinished={pending,requires_action}'
 )
+# CPU time (clock ticks) of PostgreSQL: its live processes and the children it has reaped.
+postgres_ticks() {
+  local postmaster total=0
+  # The oldest process named postgres is the postmaster; fields 16-17 are its reaped children's.
+  postmaster=$(pgrep -o -x postgres || true)
+  if [ -n "$postmaster" ]; then total=$(awk '{print $16 + $17}' "/proc/$postmaster/stat"); fi
+  for pid in $(pgrep -x postgres || true); do
+    [ -r "/proc/$pid/stat" ] && total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat") ))
+  done
+  echo "$total"
+}
+pid_ticks() { if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
+# Where one row's CPU went: `cpu_begin`, run the row under `timed` (which records the client's
+# own CPU), `cpu_end label`. Per-call figures are in summary.py (whole run, warm-up included).
+cpu_begin() { cpu_pg0=$(postgres_ticks); cpu_serve0=$(pid_ticks "$serve_pid"); cpu_sim0=$(pid_ticks "$sim_pid"); cpu_t0=$(date +%s.%N); }
+cpu_end() { # label
+  printf '{"postgres_ticks": %s, "service_ticks": %s, "simulator_ticks": %s, "client_seconds": %s, "wall_seconds": %s, "ticks_per_second": %s}\n' \
+    $(( $(postgres_ticks) - cpu_pg0 )) $(( $(pid_ticks "$serve_pid") - cpu_serve0 )) $(( $(pid_ticks "$sim_pid") - cpu_sim0 )) \
+    "$(cat "$OUT/client-cpu.tmp" 2>/dev/null || echo null)" "$(python3 -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 3))' "$cpu_t0")" "$(getconf CLK_TCK)" >"$OUT/cpu-$1.json"
+  rm -f "$OUT/client-cpu.tmp"
+}
+# Runs a client command and keeps its own CPU seconds (user + system) for cpu_end.
+timed() {
+  if [ -x /usr/bin/time ]; then
+    /usr/bin/time -f '%U %S' -o "$OUT/client-cpu.raw" "$@"
+    awk '{print $1 + $2}' "$OUT/client-cpu.raw" >"$OUT/client-cpu.tmp"
+  else
+    "$@"
+  fi
+}
+
 pgbench_run() { # label script seconds [extra args]
   local label=$1 script=$2 seconds=$3
   shift 3
-  pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$seconds" -f "$script" "$@" $CHARGE_DB \
+  cpu_begin
+  timed pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$seconds" -f "$script" "$@" $CHARGE_DB \
     >"$OUT/pgbench-$label.log" 2>&1 || { cat "$OUT/pgbench-$label.log" >&2; fail "pgbench $label failed"; }
+  cpu_end "pgbench-$label"
 }
 pgbench_tps() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$OUT/pgbench-$1.log"; }
 pgbench_latency() { sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' "$OUT/pgbench-$1.log"; }
@@ -212,9 +245,11 @@ wait_http "http://$HTTP_ADDR/readyz"
 bench_charge() { # label [extra args]
   local label=$1
   shift
-  CHARGEGUARD_BENCH_TOKEN=$token "$BIN" bench charge --endpoint "http://$GRPC_ADDR" --label "$label" \
+  cpu_begin
+  timed env CHARGEGUARD_BENCH_TOKEN="$token" "$BIN" bench charge --endpoint "http://$GRPC_ADDR" --label "$label" \
     --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" --duration-seconds "$SECONDS_MEASURED" \
     --warmup-seconds "$SECONDS_WARMUP" --json-out "$OUT/service-$label.json" "$@" | grep -v '^{'
+  cpu_end "service-$label"
 }
 set_sim_latency() {
   if [ "$1" = 0 ]; then

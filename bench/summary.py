@@ -121,6 +121,16 @@ def main(out):
                 check(f"{kind} per 1,000 stuck rows, {rows['large']:,} / {rows['small']:,} rows", round(growth, 3),
                       f"<= {TARGET_SWEEP_GROWTH}", growth <= TARGET_SWEEP_GROWTH)
 
+    cpu = cpu_table(out, load, pgbench_tps)
+    if cpu:
+        print()
+        print("CPU per call, µs (whole invocation, warm-up included; a row's rate x its wall time = its calls):")
+        print(f"{'':36}{'postgres':>10}{'service':>10}{'simulator':>10}{'client':>10}{'total':>10}")
+        for name, row_cpu in cpu.items():
+            cells = "".join(f"{row_cpu[k]:10.0f}" if row_cpu[k] is not None else f"{'-':>10}"
+                            for k in ("postgres", "service", "simulator", "client", "total"))
+            print(f"{name:36}{cells}")
+
     print()
     print("ratios and targets:")
     for c in checks:
@@ -143,8 +153,37 @@ def main(out):
         json.dump({
             "run": run, "pgbench_new_tps": pg_new, "pgbench_by_key_tps": pg_by_key,
             "service_new": new, "service_duplicate": duplicate, "service_new_latency": latency,
-            "pgbench_new_at_rate": sql_at_rate, "service_grpc_ceiling": ceiling, "provider_alone": provider_alone, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
+            "pgbench_new_at_rate": sql_at_rate, "service_grpc_ceiling": ceiling, "provider_alone": provider_alone, "cpu_per_call_us": cpu, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
         }, file, indent=1)
+
+
+def cpu_table(out, load, pgbench_tps):
+    """CPU microseconds per call of each process group, for the rows bench/run.sh timed."""
+    rows = {
+        "pgbench, new-charge SQL": ("pgbench-new", lambda: pgbench_tps("new")),
+        "chargeguard new, simulator 0 ms": ("service-new", lambda: load("service-new.json")["ok_per_second"]),
+        "pgbench, select by key": ("pgbench-by-key", lambda: pgbench_tps("by-key")),
+        "chargeguard duplicates": ("service-duplicate", lambda: load("service-duplicate.json")["ok_per_second"]),
+        "gRPC health check (ceiling)": ("service-grpc-ceiling", lambda: load("service-grpc-ceiling.json")["ok_per_second"]),
+    }
+    table = {}
+    for name, (label, rate) in rows.items():
+        path = os.path.join(out, f"cpu-{label}.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as file:
+            c = json.load(file)
+        calls = rate() * c["wall_seconds"]
+        if calls <= 0:
+            continue
+        per = lambda ticks: ticks / c["ticks_per_second"] / calls * 1e6
+        row = {"postgres": per(c["postgres_ticks"]),
+               "service": per(c["service_ticks"]) if label.startswith("service") else None,
+               "simulator": per(c["simulator_ticks"]) if label.startswith("service") else None,
+               "client": c["client_seconds"] / calls * 1e6 if c["client_seconds"] is not None else None}
+        row["total"] = sum(v for v in row.values() if v is not None)
+        table[name] = row
+    return table
 
 
 if __name__ == "__main__":
