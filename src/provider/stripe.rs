@@ -13,7 +13,7 @@ use stripe_core::refund::ListRefund;
 use stripe_core::{PaymentIntent, PaymentIntentStatus};
 use stripe_types::{Currency as StripeCurrency, RangeBoundsTs, RangeQueryTs};
 
-use super::transport::{PooledStripeClient, TransportConfig};
+use super::transport::PooledStripeClient;
 use super::{
     CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, METADATA_CONSUMER,
     METADATA_OPERATION_KEY, PaymentPage, PaymentProvider, ProviderError, RefundPage,
@@ -64,13 +64,8 @@ pub struct StripeProvider {
 
 impl StripeProvider {
     pub fn new(config: StripeProviderConfig) -> Result<Self, ProviderError> {
-        let client = PooledStripeClient::new(&TransportConfig {
-            api_key: config.api_key.clone(),
-            base_url: config.base_url.clone(),
-            call_timeout: config.call_timeout,
-            idle_connections_max: config.idle_connections_max,
-        })
-        .map_err(|error| ProviderError::NotExecuted(format!("stripe client: {error}")))?;
+        let client = PooledStripeClient::new(&config)
+            .map_err(|error| ProviderError::NotExecuted(format!("stripe client: {error}")))?;
         Ok(Self { client, config })
     }
 }

@@ -11,29 +11,17 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, USER_AGENT};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use stripe::{RequestStrategy, StripeError};
 use stripe_client_core::{CustomizedStripeRequest, StripeClient, StripeMethod};
 
-use crate::secret::Secret;
+use super::stripe::StripeProviderConfig;
 
 const STRIPE_API_BASE: &str = "https://api.stripe.com/";
 const USER_AGENT_VALUE: &str = concat!("chargeguard/", env!("CARGO_PKG_VERSION"), " (async-stripe)");
 /// Kept shorter than the keep-alive of common load balancers (60 s), so that a request is not
 /// written into a connection the other side is closing.
 const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
-
-#[derive(Debug, Clone)]
-pub struct TransportConfig {
-    pub api_key: Secret,
-    /// `None` for Stripe itself; otherwise a base URL ending in `/`.
-    pub base_url: Option<String>,
-    /// Whole call: connect, send and read the answer. The outcome of a call that times out is
-    /// unknown.
-    pub call_timeout: Duration,
-    /// Idle connections kept open to the provider; 0 opens one per call.
-    pub idle_connections_max: usize,
-}
 
 /// Sends async-stripe requests over one connection pool.
 #[derive(Clone)]
@@ -53,7 +41,7 @@ impl std::fmt::Debug for PooledStripeClient {
 }
 
 impl PooledStripeClient {
-    pub fn new(config: &TransportConfig) -> Result<Self, StripeError> {
+    pub fn new(config: &StripeProviderConfig) -> Result<Self, StripeError> {
         let api_base = config.base_url.clone().unwrap_or_else(|| STRIPE_API_BASE.to_owned());
         let parsed = reqwest::Url::parse(&api_base)
             .map_err(|error| StripeError::ConfigError(format!("provider base URL: {error}")))?;
@@ -130,8 +118,7 @@ impl StripeClient for PooledStripeClient {
             .http
             .request(method, url)
             .header(AUTHORIZATION, self.authorization.clone())
-            .header("stripe-version", self.stripe_version.clone())
-            .header(USER_AGENT, USER_AGENT_VALUE);
+            .header("stripe-version", self.stripe_version.clone());
         if let Some(key) = &idempotency_key {
             builder = builder.header("idempotency-key", key.as_str());
         }
@@ -160,13 +147,16 @@ mod tests {
     use stripe_core::payment_intent::RetrievePaymentIntent;
 
     use super::*;
+    use crate::secret::Secret;
 
-    fn config(base_url: &str) -> TransportConfig {
-        TransportConfig {
+    fn config(base_url: &str) -> StripeProviderConfig {
+        StripeProviderConfig {
             api_key: Secret::new("sk_test_never_printed"),
             base_url: Some(base_url.to_owned()),
             call_timeout: Duration::from_millis(200),
             idle_connections_max: 4,
+            lookup_pages_max: 1,
+            return_url: None,
         }
     }
 
