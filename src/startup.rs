@@ -24,7 +24,7 @@ use crate::sweep_job::SweepJob;
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// Health service names that follow the database: NOT_SERVING while `store.ping()` fails.
-const READINESS_SERVICES: [&str; 2] = ["", "chargeguard.v1.Payments"];
+const READINESS_SERVICES: [&str; 2] = ["", proto::payments_server::SERVICE_NAME];
 /// A health service name that is SERVING while the process runs, whatever the database does:
 /// for liveness probes, which must not restart a process because its database is down.
 pub const LIVENESS_SERVICE: &str = "liveness";

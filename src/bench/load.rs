@@ -22,6 +22,7 @@ use crate::domain::{AttemptId, ChargeParams, ConsumerName, OperationKey, derive_
 use crate::grpc::ERROR_CODE_METADATA;
 use crate::provider::{CreatePayment, PaymentProvider, ProviderError};
 use crate::grpc::proto::payments_client::PaymentsClient;
+use crate::grpc::proto::payments_server::SERVICE_NAME as PAYMENTS_SERVICE_NAME;
 use crate::grpc::proto::{ChargeOutcome, ChargeRequest};
 use crate::secret::Secret;
 
@@ -449,7 +450,7 @@ async fn call(shared: &Shared, clients: &mut Clients, key: &str) -> CallResult {
 
 /// One health check of the Payments service (answered from memory by the server).
 async fn health_check(shared: &Shared, client: &mut HealthClient<Channel>) -> CallResult {
-    let request = HealthCheckRequest { service: "chargeguard.v1.Payments".to_owned() };
+    let request = HealthCheckRequest { service: PAYMENTS_SERVICE_NAME.to_owned() };
     match tokio::time::timeout(shared.settings.request_timeout, client.check(request)).await {
         Err(_) => CallResult::Failed("client_timeout".to_owned()),
         Ok(Ok(response)) => match ServingStatus::try_from(response.get_ref().status) {

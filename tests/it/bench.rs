@@ -6,6 +6,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
+use crate::support::health::wait_until_serving;
 use crate::support::{ORDERS_TOKEN, SIM_API_KEY, TestApp};
 
 async fn chargeguard(args: &[&str], envs: &[(&str, &str)]) -> Output {
@@ -186,7 +187,6 @@ async fn bench_health_check_and_provider_runs_call_only_their_target() {
     let dir = tempfile::tempdir().unwrap();
     let endpoint = format!("http://{}", app.grpc_addr);
 
-    // The health service starts NOT_SERVING and turns SERVING after its first database check.
     wait_until_serving(app.grpc_addr).await;
     // Health checks: answered SERVING, and neither the table nor the provider sees a call.
     let health_json = dir.path().join("health.json");
@@ -215,22 +215,3 @@ async fn bench_health_check_and_provider_runs_call_only_their_target() {
     assert_eq!(app.attempt_rows().await, 0);
 }
 
-/// Bound on waiting for the service's health to turn SERVING after start.
-const SERVING_POLLS_MAX: u32 = 200;
-
-async fn wait_until_serving(addr: std::net::SocketAddr) {
-    use tonic_health::pb::health_check_response::ServingStatus;
-    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
-    let mut client = HealthClient::new(channel);
-    for _ in 0..SERVING_POLLS_MAX {
-        let request = HealthCheckRequest { service: "chargeguard.v1.Payments".to_owned() };
-        if let Ok(response) = client.check(request).await
-            && response.into_inner().status == ServingStatus::Serving as i32
-        {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    panic!("the service never reported SERVING");
-}

@@ -11,7 +11,8 @@ use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
 
-use super::process::{channel, free_addr};
+use super::process::free_addr;
+use crate::support::health::channel;
 use crate::support::TestApp;
 
 const PAYMENTS: &str = "chargeguard.v1.Payments";

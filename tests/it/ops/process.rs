@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
+
+use crate::support::health::{PAYMENTS_SERVICE, health};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_chargeguard");
 
@@ -101,7 +101,7 @@ impl ServeProcess {
                     self.stderr()
                 );
             }
-            if health(self.grpc_addr, "chargeguard.v1.Payments").await
+            if health(self.grpc_addr, PAYMENTS_SERVICE).await
                 == Some(ServingStatus::Serving)
             {
                 return;
@@ -138,28 +138,6 @@ pub async fn failed_start(command: Command, global_args: &[&str]) -> String {
     let stderr = server.stderr();
     assert!(!exit.success(), "serve started; stderr:\n{stderr}");
     stderr
-}
-
-/// One health check; `None` when the server does not answer (yet).
-pub async fn health(addr: SocketAddr, service: &str) -> Option<ServingStatus> {
-    let mut client = HealthClient::new(channel(addr).await.ok()?);
-    let response = client
-        .check(HealthCheckRequest {
-            service: service.to_owned(),
-        })
-        .await
-        .ok()?;
-    ServingStatus::try_from(response.into_inner().status).ok()
-}
-
-/// A plaintext gRPC channel (the health and reflection clients come without `connect`).
-pub async fn channel(
-    addr: SocketAddr,
-) -> Result<tonic::transport::Channel, tonic::transport::Error> {
-    tonic::transport::Channel::from_shared(format!("http://{addr}"))
-        .expect("valid URL")
-        .connect()
-        .await
 }
 
 /// Writes `chargeguard.toml` into `dir` and returns its path.

@@ -8,6 +8,7 @@
 pub mod attempts;
 mod backend;
 pub mod database;
+pub mod health;
 
 use std::sync::Arc;
 use std::time::Duration;
