@@ -11,7 +11,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::KeyWindow;
-use crate::orchestrator::{OrchestratorSettings, SweepSettings};
+use crate::orchestrator::{OrchestratorSettings, OutcomeCacheSettings, SweepSettings};
 use crate::secret::Secret;
 use crate::webhook::{RetentionSettings, WebhookSettings, WorkerSettings};
 
@@ -90,6 +90,9 @@ pub struct ChargeConfig {
     pub lookup_slack_minutes: u64,
     pub list_page_size_default: u32,
     pub list_page_size_max: u32,
+    /// How long a decided outcome answers duplicates from memory; 0 turns that off.
+    pub outcome_cache_ttl_ms: u64,
+    pub outcome_cache_bytes_max: u64,
 }
 
 /// What `serve` does when it is started with nothing configured (see README "First run").
@@ -307,6 +310,8 @@ impl Default for ChargeConfig {
             lookup_slack_minutes: 10,
             list_page_size_default: 50,
             list_page_size_max: 500,
+            outcome_cache_ttl_ms: 10_000,
+            outcome_cache_bytes_max: 16 * 1024 * 1024,
         }
     }
 }
@@ -395,6 +400,8 @@ impl Config {
         check(charge.lookup_slack_minutes <= 24 * 60, "charge.lookup_slack_minutes must be at most 1440");
         check((1..=10_000).contains(&charge.list_page_size_max), "charge.list_page_size_max must be 1-10000");
         check((1..=charge.list_page_size_max).contains(&charge.list_page_size_default), "charge.list_page_size_default must be 1..list_page_size_max");
+        check(charge.outcome_cache_ttl_ms <= 3_600_000, "charge.outcome_cache_ttl_ms must be at most 3600000 (one hour)");
+        check(charge.outcome_cache_bytes_max <= 1 << 30, "charge.outcome_cache_bytes_max must be at most 1073741824 (1 GiB)");
         check(self.server.request_timeout_ms >= 1_000, "server.request_timeout_ms must be at least 1000");
         check(self.server.concurrent_requests_max >= 1, "server.concurrent_requests_max must be at least 1");
         check(
@@ -483,6 +490,10 @@ impl Config {
             lookup_slack: minutes(charge.lookup_slack_minutes),
             list_page_size_default: charge.list_page_size_default,
             list_page_size_max: charge.list_page_size_max,
+            outcome_cache: OutcomeCacheSettings {
+                ttl: Duration::from_millis(charge.outcome_cache_ttl_ms),
+                bytes_max: charge.outcome_cache_bytes_max,
+            },
             sweep: SweepSettings {
                 batch_max: self.sweep.batch_max,
                 concurrency_max: self.sweep.concurrency_max,

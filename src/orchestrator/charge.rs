@@ -71,8 +71,25 @@ impl Orchestrator {
         consumer: &ConsumerName,
         request: ChargeRequest,
     ) -> Result<ChargeReply, OrchestratorError> {
-        let now = self.clock.now();
         let fingerprint = request.params.fingerprint();
+        if let Some(decided) = self.outcome_cache.get(consumer, &request.operation_key) {
+            tracing::Span::current().record("attempt_id", tracing::field::display(decided.id));
+            return self.charge_existing(&request, &fingerprint, decided).await;
+        }
+        let reply = self.charge_from_store(consumer, &request, &fingerprint).await;
+        if let Ok(reply) = &reply {
+            self.outcome_cache.remember(&reply.attempt);
+        }
+        reply
+    }
+
+    async fn charge_from_store(
+        &self,
+        consumer: &ConsumerName,
+        request: &ChargeRequest,
+        fingerprint: &Fingerprint,
+    ) -> Result<ChargeReply, OrchestratorError> {
+        let now = self.clock.now();
         let lease = self.new_lease(now);
         let new = NewAttempt {
             id: AttemptId::from_uuid(Uuid::now_v7()),
@@ -101,7 +118,7 @@ impl Orchestrator {
             }
             InsertOutcome::Existing(attempt) => {
                 tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
-                self.charge_existing(&request, &fingerprint, attempt).await
+                self.charge_existing(request, fingerprint, attempt).await
             }
         }
     }
@@ -120,6 +137,9 @@ impl Orchestrator {
                 attempt_id: attempt.id,
                 fields: attempt.params.differing_fields(&request.params),
             });
+        }
+        if attempt.status.is_terminal() {
+            return Ok(ChargeReply { attempt, outcome: ChargeOutcome::Duplicate });
         }
         let deadline = Instant::now() + self.settings.concurrent_wait_max;
         let mut poll = WAIT_POLL_INITIAL;

@@ -3,6 +3,7 @@
 //! across a provider call.
 
 mod charge;
+mod outcome_cache;
 mod queries;
 mod round;
 mod sweep;
@@ -17,6 +18,7 @@ use crate::provider::PaymentProvider;
 use crate::store::{AttemptStore, StoreError};
 
 pub use charge::{ChargeOutcome, ChargeReply};
+pub use outcome_cache::{OutcomeCache, OutcomeCacheSettings};
 pub use queries::{AttemptPage, AttemptSelector};
 pub use round::RoundEnd;
 pub use sweep::{SweepOutcome, SweepSettings};
@@ -44,6 +46,7 @@ pub struct OrchestratorSettings {
     pub lookup_slack: Duration,
     pub list_page_size_default: u32,
     pub list_page_size_max: u32,
+    pub outcome_cache: OutcomeCacheSettings,
     pub sweep: SweepSettings,
 }
 
@@ -80,6 +83,7 @@ pub struct Orchestrator {
     clock: Arc<dyn Clock>,
     settings: Arc<OrchestratorSettings>,
     notifier: RoundNotifier,
+    outcome_cache: Arc<OutcomeCache>,
 }
 
 impl Orchestrator {
@@ -93,6 +97,7 @@ impl Orchestrator {
             store,
             provider,
             clock,
+            outcome_cache: Arc::new(OutcomeCache::new(settings.outcome_cache)),
             settings: Arc::new(settings),
             notifier: RoundNotifier::new(),
         }

@@ -95,6 +95,22 @@ impl TestDatabase {
         opened.into_store()
     }
 
+    /// Runs one statement as another writer would (an operator, another replica), on either
+    /// backend; returns the rows it changed.
+    pub async fn execute(&self, statement: &str) -> u64 {
+        match self.sqlite_path() {
+            None => {
+                let mut connection = PgConnection::connect(&self.url).await.unwrap();
+                sqlx::query(statement).execute(&mut connection).await.unwrap().rows_affected()
+            }
+            Some(path) => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+                let mut connection = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
+                sqlx::query(statement).execute(&mut connection).await.unwrap().rows_affected()
+            }
+        }
+    }
+
     /// Rows in payment_attempts, counted in the database itself.
     pub async fn attempt_rows(&self) -> i64 {
         let query = "SELECT count(*) FROM payment_attempts";
