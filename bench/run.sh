@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # chargeguard's Charge against the PostgreSQL limit, side by side, on this machine (BENCHMARKS.md).
 #
-#   bench/run.sh                     the full run: the release build, then at most
-#                                    BENCH_BUDGET_SECONDS (9 minutes) of measuring
+#   bench/run.sh                     the full run, the release build included, in at most
+#                                    BENCH_BUDGET_SECONDS (9½ minutes)
 #   BENCH_SCALE=small bench/run.sh   seconds-long phases, to check the script itself
 #
 # From a clean checkout: builds release, makes sure PostgreSQL runs, creates fresh benchmark
@@ -11,13 +11,15 @@
 #   1. pgbench, the service's new-charge SQL (bench/pgbench/new_charge.sql) at the concurrency;
 #   2. pgbench, the duplicate path's select-by-key (bench/pgbench/by_key.sql);
 #   3. `chargeguard bench charge`, new operations, simulator at zero added latency;
-#   4. the same, every call a duplicate of an already-charged operation;
+#   4. the same, every call a duplicate of an already-charged operation (decided outcomes are
+#      answered from memory: charge.outcome_cache_ttl_ms at its default);
 #   5. the same as 3 with the simulator's latency set to BENCH_SIM_LATENCY_MS, then the simulator
 #      alone at that setting (creates straight to it, same concurrency: its own latency), then
 #      pgbench's new-charge SQL at the rate the service reached (its own latency at that load);
 #   6. gRPC health checks on the same server and connections: the ceiling of any unary call here
 #      (no database, no provider), which bounds what 3 and 4 could reach on this machine;
-#   7. the service's peak RSS over 3-6 (VmHWM);
+#   7. the service's peak RSS over 3-6 (VmHWM); then 4 again on a service started with the
+#      outcome cache off (every duplicate reads the database), side by side;
 #   8. the sweep over BENCH_STUCK_ROWS stuck rows in a table of BENCH_SWEEP_ROWS_SMALL rows, then
 #      of BENCH_SWEEP_ROWS_LARGE rows or the largest that fits the time left (it says which):
 #      the claim query alone (`chargeguard bench claim`), and `chargeguard sweep --once` when
@@ -38,7 +40,7 @@ pick() { if [ "$small_defaults" = 1 ]; then echo "$2"; else echo "$1"; fi; }
 
 CONCURRENCY=${BENCH_CONCURRENCY:-16}
 CONNECTIONS=${BENCH_CONNECTIONS:-4}
-SECONDS_MEASURED=${BENCH_SECONDS:-$(pick 20 3)}
+SECONDS_MEASURED=${BENCH_SECONDS:-$(pick 15 3)}
 SECONDS_WARMUP=${BENCH_WARMUP_SECONDS:-$(pick 3 1)}
 SIM_LATENCY_MS=${BENCH_SIM_LATENCY_MS:-20}
 PRIME_KEYS=${BENCH_PRIME_KEYS:-$(pick 2000 200)}
@@ -47,9 +49,9 @@ STUCK_ROWS=${BENCH_STUCK_ROWS:-$(pick 10000 1000)}
 SWEEP_ROWS_SMALL=${BENCH_SWEEP_ROWS_SMALL:-$(pick 1000000 100000)}
 SWEEP_ROWS_LARGE=${BENCH_SWEEP_ROWS_LARGE:-$(pick 10000000 300000)}
 SWEEP_BATCH=${BENCH_SWEEP_BATCH:-100}
-# Measuring (everything after the build) stays under this; the large sweep table shrinks to fit.
-# The build is not counted: from a clean target it alone takes 8-9 minutes on 2 cores.
-BUDGET_SECONDS=${BENCH_BUDGET_SECONDS:-540}
+# The whole run, the build included, stays under this: the large sweep table shrinks to fit what
+# is left. From an empty target/ the release build takes 4½ minutes on 2 idle cores.
+BUDGET_SECONDS=${BENCH_BUDGET_SECONDS:-570}
 PGHOST=${BENCH_PGHOST:-127.0.0.1}
 PGPORT=${BENCH_PGPORT:-5432}
 PGUSER=${BENCH_PGUSER:-postgres}
@@ -238,9 +240,19 @@ service_env=(
   # Nothing is due in this database; the sweep stays out of the charge figures.
   CHARGEGUARD_SWEEP__ENABLED=false
 )
-env "${service_env[@]}" "$BIN" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve.log" 2>&1 &
-serve_pid=$!
-wait_http "http://$HTTP_ADDR/readyz"
+start_service() { # log-name [extra VAR=value ...]
+  local log_name=$1
+  shift
+  env "${service_env[@]}" "$@" "$BIN" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/$log_name.log" 2>&1 &
+  serve_pid=$!
+  wait_http "http://$HTTP_ADDR/readyz"
+}
+stop_service() {
+  kill -TERM "$serve_pid"
+  wait "$serve_pid" || true
+  serve_pid=""
+}
+start_service serve
 
 bench_charge() { # label [extra args]
   local label=$1
@@ -289,9 +301,13 @@ bench_charge grpc-ceiling --health-check
 
 peak_rss_kib=$(awk '/^VmHWM:/ {print $2}' "/proc/$serve_pid/status")
 echo "service peak RSS: $peak_rss_kib KiB"
-kill -TERM "$serve_pid"
-wait "$serve_pid" || true
-serve_pid=""
+stop_service
+
+# Side by side with row 4: the same duplicates when each one reads the database.
+log "chargeguard duplicates, outcome cache off ($PRIME_KEYS other operations charged first)"
+start_service serve-uncached CHARGEGUARD_CHARGE__OUTCOME_CACHE_TTL_MS=0
+bench_charge duplicate-uncached --duplicate-percent 100 --prime-keys "$PRIME_KEYS"
+stop_service
 
 # --- the sweep -------------------------------------------------------------------------------------
 has_sweep=0
@@ -363,7 +379,7 @@ seed_seconds=$(python3 -c 'import sys; print(float(sys.argv[1]) + float(sys.argv
 step=$(( SWEEP_ROWS_SMALL >= 1000000 ? 1000000 : 100000 ))
 # Reserve: the large table's timings (twice what the small ones took) and the summary.
 reserve=$(( 20 + 2 * timings_seconds ))
-left=$(( BUDGET_SECONDS - ( $(date +%s) - measuring_started ) - reserve ))
+left=$(( BUDGET_SECONDS - $(elapsed) - reserve ))
 sweep_rows_large=$(python3 -c '
 import sys
 small, large, step, seconds, left = map(float, sys.argv[1:6])
@@ -414,6 +430,7 @@ if [ -n "$(git status --porcelain 2>/dev/null)" ]; then commit="$commit+uncommit
   echo "has_sweep=$has_sweep"
   echo "peak_rss_kib=$peak_rss_kib"
   echo "build_seconds=$build_seconds"
+  echo "measuring_seconds=$(( $(date +%s) - measuring_started ))"
   echo "total_seconds=$(elapsed)"
 } >"$OUT/run.env"
 python3 bench/summary.py "$OUT" | tee "$OUT/summary.txt"

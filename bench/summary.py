@@ -33,6 +33,7 @@ def main(out):
 
     new, duplicate, latency = load("service-new.json"), load("service-duplicate.json"), load("service-new-latency.json")
     ceiling = load("service-grpc-ceiling.json")
+    uncached = load("service-duplicate-uncached.json")
     provider_alone = load("service-provider-latency.json")
     pg_new, pg_by_key = pgbench_tps("new"), pgbench_tps("by-key")
     sim_latency_ms = float(run["sim_latency_ms"])
@@ -44,7 +45,8 @@ def main(out):
     print(f"PostgreSQL {run['postgres']}: {run['postgres_settings']}")
     print(f"concurrency {run['concurrency']} ({run['connections']} gRPC connections); {run['seconds_measured']} s measured "
           f"after {run['seconds_warmup']} s warm-up per row; {run['charge_table_rows']} rows in the table before; "
-          f"release build {run['build_seconds']} s, whole run {run['total_seconds']} s")
+          f"release build {run['build_seconds']} s, measuring {run.get('measuring_seconds', '?')} s, "
+          f"whole run {run['total_seconds']} s")
     print()
     print(f"{'':36}{'per second':>11}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}")
 
@@ -72,12 +74,17 @@ def main(out):
               f"{sql_at_rate['p99']:9.2f}{sql_at_rate['p999']:10.2f}")
     print(f"{'pgbench, select by key':36}{pg_by_key:11.1f}")
     row("chargeguard duplicates", duplicate)
+    if uncached:
+        row("chargeguard duplicates, cache off", uncached)
     if ceiling:
         row("gRPC health check (ceiling)", ceiling)
-    errors = sum(report["errors"] for report in (new, duplicate, latency))
-    for name, report in (("new", new), ("duplicates", duplicate), (f"new at {sim_latency_ms:g} ms", latency)):
+    reports = [("new", new), ("duplicates", duplicate), (f"new at {sim_latency_ms:g} ms", latency)]
+    if uncached:
+        reports.append(("duplicates, cache off", uncached))
+    errors = sum(report["errors"] for _, report in reports)
+    for name, report in reports:
         print(f"outcomes, {name}: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()))
-    print(f"service peak RSS (VmHWM over the three service runs): {rss_mib:.1f} MiB")
+    print(f"service peak RSS (VmHWM over the service runs with the default configuration): {rss_mib:.1f} MiB")
 
     sweep = {}
     for size in ("small", "large"):
@@ -146,13 +153,17 @@ def main(out):
         c = ceiling["ok_per_second"]
         print(f"  note  a unary gRPC call that does nothing reaches {c:.0f}/s here = {c / pg_by_key:.2f} x pgbench select by key; "
               f"duplicates reach {duplicate['ok_per_second'] / c:.2f} and new charges {new['ok_per_second'] / c:.2f} of it")
+    if uncached:
+        u = uncached["ok_per_second"]
+        print(f"  note  duplicates with the outcome cache off (each reads the database): {u:.0f}/s = {u / pg_by_key:.2f} x "
+              f"pgbench select by key; the cache answers {duplicate['ok_per_second'] / u:.2f} x as many")
     if errors:
         print(f"  note  {errors} calls failed (see the outcomes above)")
 
     with open(os.path.join(out, "summary.json"), "w") as file:
         json.dump({
             "run": run, "pgbench_new_tps": pg_new, "pgbench_by_key_tps": pg_by_key,
-            "service_new": new, "service_duplicate": duplicate, "service_new_latency": latency,
+            "service_new": new, "service_duplicate": duplicate, "service_duplicate_uncached": uncached, "service_new_latency": latency,
             "pgbench_new_at_rate": sql_at_rate, "service_grpc_ceiling": ceiling, "provider_alone": provider_alone, "cpu_per_call_us": cpu, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
         }, file, indent=1)
 
@@ -164,6 +175,8 @@ def cpu_table(out, load, pgbench_tps):
         "chargeguard new, simulator 0 ms": ("service-new", lambda: load("service-new.json")["ok_per_second"]),
         "pgbench, select by key": ("pgbench-by-key", lambda: pgbench_tps("by-key")),
         "chargeguard duplicates": ("service-duplicate", lambda: load("service-duplicate.json")["ok_per_second"]),
+        "chargeguard duplicates, cache off": ("service-duplicate-uncached",
+                                              lambda: load("service-duplicate-uncached.json")["ok_per_second"]),
         "gRPC health check (ceiling)": ("service-grpc-ceiling", lambda: load("service-grpc-ceiling.json")["ok_per_second"]),
     }
     table = {}
