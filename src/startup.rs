@@ -229,6 +229,10 @@ impl Application {
         if let Some(simulator) = self.simulator {
             simulator.shutdown().await;
         }
+        // Last: nothing uses the database any more. A clean close leaves no SQLite `-wal` file.
+        if drained.is_ok() {
+            self.store.close().await;
+        }
         match drained {
             Ok((grpc, http)) => {
                 grpc.context("gRPC server task")?.context("gRPC server")?;

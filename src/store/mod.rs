@@ -168,4 +168,8 @@ pub trait AttemptStore: Send + Sync + 'static {
 
     /// Cheap round trip for health checks.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Closes every connection, waiting for those in use to come back; later calls fail. On
+    /// SQLite the last close checkpoints the write-ahead log into the database file.
+    async fn close(&self);
 }

@@ -312,6 +312,10 @@ impl AttemptStore for PostgresStore {
         sqlx::query("SELECT 1").execute(&self.pool).await.map_err(unavailable)?;
         Ok(())
     }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
 }
 
 /// PostgreSQL reads instants as `timestamptz`, ids as `uuid`, counters as `integer` and

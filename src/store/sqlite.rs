@@ -378,6 +378,10 @@ impl AttemptStore for SqliteStore {
             .map_err(unavailable)?;
         Ok(())
     }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
 }
 
 fn instant_from_micros(value: i64) -> Result<DateTime<Utc>, ColumnError> {

@@ -1,6 +1,6 @@
 //! Checks of the embedded SQLite default that the shared behaviour tests do not make: writers
-//! contending for SQLite's one write lock through a small pool, and the record surviving a
-//! restart of the service on the same file.
+//! contending for SQLite's one write lock through a small pool, the record surviving a restart
+//! of the service on the same file, and a clean stop leaving only that file.
 
 use std::collections::HashSet;
 
@@ -143,4 +143,17 @@ async fn the_record_survives_a_restart_on_the_same_file() {
         "one create each, plus the retry of the one whose answer was lost"
     );
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2);
+}
+
+#[tokio::test]
+async fn a_clean_stop_leaves_no_write_ahead_log_behind() {
+    let app = TestApp::spawn_backend(Backend::Sqlite).await;
+    let path = app.database.sqlite_path().expect("a SQLite database");
+    let wal = path.with_file_name(format!("{}-wal", path.file_name().unwrap().to_string_lossy()));
+    app.charge(charge_request("order-wal:charge")).await.unwrap();
+    assert!(wal.exists(), "the store writes ahead while it serves");
+
+    let database = app.stop_keeping_database().await;
+    assert!(!wal.exists(), "the log was checkpointed into {} and removed", path.display());
+    assert_eq!(database.attempt_rows().await, 1, "the charge is in the database file");
 }

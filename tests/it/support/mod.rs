@@ -134,6 +134,14 @@ impl TestApp {
         Self::spawn_on(database, simulator, |_| {}).await
     }
 
+    /// Stops the app (a clean shutdown) and hands back its database for checks after it.
+    pub async fn stop_keeping_database(self) -> TestDatabase {
+        let TestApp { database, server, orchestrator, .. } = self;
+        server.stop().await;
+        drop(orchestrator);
+        database
+    }
+
     pub fn sim(&self) -> SimControl {
         self.simulator.control()
     }
