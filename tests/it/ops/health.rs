@@ -12,7 +12,7 @@ use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
 
 use super::process::free_addr;
-use crate::support::health::channel;
+use crate::support::health::{channel, health};
 use crate::support::TestApp;
 
 const PAYMENTS: &str = "chargeguard.v1.Payments";
@@ -92,15 +92,9 @@ async fn read_until(stream: &mut HealthStream, until: ServingStatus) -> Vec<Serv
     panic!("health stream ended without {until:?}; saw {seen:?}");
 }
 
+/// One health check of a server that is up.
 async fn check(addr: std::net::SocketAddr, service: &str) -> ServingStatus {
-    let mut client = HealthClient::new(channel(addr).await.unwrap());
-    let response = client
-        .check(HealthCheckRequest {
-            service: service.to_owned(),
-        })
-        .await
-        .unwrap();
-    ServingStatus::try_from(response.into_inner().status).unwrap()
+    health(addr, service).await.expect("the server answers health checks")
 }
 
 #[tokio::test]

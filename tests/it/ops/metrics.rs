@@ -4,9 +4,12 @@ use crate::support::{TestApp, charge_request};
 
 /// The value of `chargeguard_charges_total{outcome="…"}`, if the series exists.
 fn charges_total(text: &str, outcome: &str) -> Option<f64> {
-    let series = format!("chargeguard_charges_total{{outcome=\"{outcome}\"}} ");
+    series_value(text, &format!("chargeguard_charges_total{{outcome=\"{outcome}\"}} "))
+}
+
+fn series_value(text: &str, series: &str) -> Option<f64> {
     text.lines()
-        .find_map(|line| line.strip_prefix(&series))
+        .find_map(|line| line.strip_prefix(series))
         .map(|value| value.trim().parse().unwrap())
 }
 
@@ -43,4 +46,8 @@ async fn metrics_count_charge_outcomes() {
             .unwrap_or_else(|| panic!("no {outcome} series in:\n{text}"));
         assert!(count >= 1.0, "{outcome}: {count}");
     }
+    // The duplicate and the mismatch were both answered from the remembered outcome.
+    let hits = series_value(&text, "chargeguard_outcome_cache_lookups_total{result=\"hit\"} ")
+        .unwrap_or_else(|| panic!("no outcome cache hit series in:\n{text}"));
+    assert!(hits >= 2.0, "hits: {hits}");
 }
