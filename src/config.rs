@@ -15,7 +15,7 @@ use crate::orchestrator::{OrchestratorSettings, OutcomeCacheSettings, SweepSetti
 use crate::secret::Secret;
 use crate::webhook::{RetentionSettings, WebhookSettings, WorkerSettings};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -202,23 +202,6 @@ pub struct OperatorConfig {
     /// Lowercase hex SHA-256 of the bearer token (`chargeguard hash-token` prints it).
     pub token_sha256: String,
     pub role: OperatorRole,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            server: ServerConfig::default(),
-            database: DatabaseConfig::default(),
-            provider: ProviderConfig::default(),
-            charge: ChargeConfig::default(),
-            embedded: EmbeddedConfig::default(),
-            sweep: SweepConfig::default(),
-            consumers: Vec::new(),
-            report: ReportConfig::default(),
-            operators: Vec::new(),
-            webhooks: WebhooksConfig::default(),
-        }
-    }
 }
 
 impl Default for ReportConfig {
@@ -559,12 +542,14 @@ mod tests {
     #[test]
     fn operator_tokens_are_checked_and_never_shared_with_consumers() {
         let hash = "a".repeat(64);
-        let mut config = Config::default();
-        config.consumers = vec![ConsumerConfig { name: "orders".into(), token_sha256: hash.clone() }];
-        config.operators = vec![
-            OperatorConfig { name: "finance".into(), token_sha256: hash, role: OperatorRole::Finance },
-            OperatorConfig { name: "admin".into(), token_sha256: "B".repeat(64), role: OperatorRole::Admin },
-        ];
+        let config = Config {
+            consumers: vec![ConsumerConfig { name: "orders".into(), token_sha256: hash.clone() }],
+            operators: vec![
+                OperatorConfig { name: "finance".into(), token_sha256: hash, role: OperatorRole::Finance },
+                OperatorConfig { name: "admin".into(), token_sha256: "B".repeat(64), role: OperatorRole::Admin },
+            ],
+            ..Config::default()
+        };
         let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
         assert!(problems.iter().any(|p| p.contains("\"finance\" is already used")), "{problems:?}");
         assert!(problems.iter().any(|p| p.contains("token_sha256 of \"admin\"")), "{problems:?}");

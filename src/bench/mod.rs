@@ -188,9 +188,11 @@ async fn run_charge(args: ChargeArgs) -> anyhow::Result<()> {
 /// The provider client the service would build for `base_url`, and the request `Charge` sends.
 fn direct_provider(base_url: &str) -> anyhow::Result<load::DirectProvider> {
     let api_key = std::env::var(PROVIDER_KEY_ENV).with_context(|| format!("{PROVIDER_KEY_ENV} is not set"))?;
-    let mut provider_config = crate::config::ProviderConfig::default();
-    provider_config.api_key = Some(Secret::new(api_key));
-    provider_config.base_url = Some(base_url.to_owned());
+    let provider_config = crate::config::ProviderConfig {
+        api_key: Some(Secret::new(api_key)),
+        base_url: Some(base_url.to_owned()),
+        ..Default::default()
+    };
     let provider = StripeProvider::new(StripeProviderConfig::from_config(&provider_config)?)?;
     let metadata = [("bench".to_owned(), "provider".to_owned())];
     let params = ChargeParams::new(

@@ -79,6 +79,8 @@ pub fn choose_recovery_step(
 }
 
 /// What a metadata lookup past the key window found.
+// Built once per lookup and consumed at once, never stored: boxing the snapshot buys nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum LookupResolution {
     /// The provider confirms nothing exists for the attempt: it can fail as expired.

@@ -12,11 +12,10 @@ use crate::store::StoreError;
 fn status(code: Code, error_code: &'static str, message: String, attempt: Option<AttemptId>) -> Status {
     let mut status = Status::new(code, message);
     status.metadata_mut().insert(ERROR_CODE_METADATA, error_code.parse().expect("ascii literal"));
-    if let Some(attempt) = attempt {
-        if let Ok(value) = attempt.to_string().parse() {
+    if let Some(attempt) = attempt
+        && let Ok(value) = attempt.to_string().parse() {
             status.metadata_mut().insert(ATTEMPT_ID_METADATA, value);
         }
-    }
     status
 }
 

@@ -176,13 +176,12 @@ impl Orchestrator {
     ) -> Result<ChargeReply, OrchestratorError> {
         let before_status = leased.status;
         let before_provider_id = leased.provider_payment_id.clone();
-        if let Some(reason) = leased.review_reason.clone() {
-            if leased.provider_payment_id.is_none() {
+        if let Some(reason) = leased.review_reason.clone()
+            && leased.provider_payment_id.is_none() {
                 // A flagged row without a known object: sending again could charge twice.
                 let end = self.release_unchanged(leased, owner).await?;
                 return Err(OrchestratorError::NeedsReview { attempt_id: end.id, reason });
             }
-        }
         let end = self.run_round(leased, owner).await?;
         if let Some(error) = end.provider_error {
             return Err(unfinished_error(&end.attempt, error.to_string()));

@@ -345,7 +345,7 @@ async fn lists_are_newest_first_with_ties_broken_by_id(backend: Backend) {
         inserted.push(insert(store, &new).await);
     }
     let mut expected = inserted.clone();
-    expected.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+    expected.sort_by_key(|attempt| std::cmp::Reverse((attempt.created_at, attempt.id)));
     let consumer = ConsumerName::parse("orders").unwrap();
 
     let mut seen = Vec::new();

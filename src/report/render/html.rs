@@ -69,9 +69,9 @@ pub fn write_start(out: &mut dyn Write, summary: &Summary) -> io::Result<()> {
             (true, _) => "discrepancy",
             (false, _) => "",
         };
-        write!(
+        writeln!(
             out,
-            "<tr class=\"{class}\"><td>{}</td><td>{}</td><td class=\"num {class}\">{count}</td></tr>\n",
+            "<tr class=\"{class}\"><td>{}</td><td>{}</td><td class=\"num {class}\">{count}</td></tr>",
             category.as_str(),
             escape(category.label())
         )?;
@@ -84,9 +84,9 @@ pub fn write_start(out: &mut dyn Write, summary: &Summary) -> io::Result<()> {
                 escape(&major_units(currency, amount))
             )
         };
-        write!(
+        writeln!(
             out,
-            "<tr><td>{}</td>{}{}{}{}</tr>\n",
+            "<tr><td>{}</td>{}{}{}{}</tr>",
             escape(currency),
             cell(totals.ours_succeeded_minor),
             cell(totals.provider_succeeded_minor),
@@ -96,11 +96,11 @@ pub fn write_start(out: &mut dyn Write, summary: &Summary) -> io::Result<()> {
     }
     out.write_all(b"</table>\n")?;
     let sources = &summary.sources;
-    write!(
+    writeln!(
         out,
         "<p>Data: chargeguard's payment_attempts (PostgreSQL); the {} list API: {} payments created {} to {}, \
          {} refunds created {} to {}, in {} calls. Pending counts as stale after {} minutes, requires_action \
-         after {} minutes. chargeguard {}.</p>\n",
+         after {} minutes. chargeguard {}.</p>",
         escape(&sources.provider),
         sources.provider_payments_listed,
         escape(&sources.payments_listed_from.to_rfc3339()),

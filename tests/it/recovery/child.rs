@@ -90,11 +90,10 @@ fn drain(
     tokio::spawn(async move {
         let mut reader = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = reader.next_line().await {
-            if let Some(addr) = serving_addr(&line) {
-                if let Some(ready) = ready.take() {
+            if let Some(addr) = serving_addr(&line)
+                && let Some(ready) = ready.take() {
                     let _ = ready.send(addr);
                 }
-            }
             lines.lock().unwrap().push(line);
         }
     });
