@@ -4,8 +4,8 @@ simulator's /v1 API (one keep-alive connection, no idempotency keys), spread ove
 time by advancing the sim clock every `--per-step` objects. Prints the sim time the first
 object was created at (unix seconds); report.sh seeds the attempts by SQL on the same timeline.
 
-Standard library only. The simulator's /_sim seed control returns the whole ledger on every
-call (quadratic over 100,000 objects), so objects are created through /v1 instead.
+Standard library only. Objects are created through /v1, the way chargeguard's own creates reach
+the simulator.
 """
 import argparse
 import hashlib

@@ -578,21 +578,7 @@ impl State {
         let mut refunds: Vec<&Refund> = self.refunds.values().collect();
         refunds.sort_by_key(|refund| refund.seq);
         Ledger {
-            payment_intents: payment_intents
-                .into_iter()
-                .map(|intent| LedgerPaymentIntent {
-                    id: intent.id.clone(),
-                    idempotency_key: intent.idempotency_key.clone(),
-                    metadata: intent.metadata.clone(),
-                    amount: intent.amount,
-                    amount_received: intent.amount_received,
-                    amount_refunded: intent.amount_refunded,
-                    currency: intent.currency.clone(),
-                    status: intent.status.as_str().to_owned(),
-                    created: intent.created,
-                    origin: intent.origin,
-                })
-                .collect(),
+            payment_intents: payment_intents.into_iter().map(LedgerPaymentIntent::of).collect(),
             refunds: refunds
                 .into_iter()
                 .map(|refund| LedgerRefund {
@@ -641,11 +627,9 @@ impl State {
             .ok_or("seeded intent vanished")?)
     }
 
+    /// One intent's ledger entry, without rendering the whole ledger (seeding stays linear).
     fn ledger_entry(&self, id: &str) -> Option<LedgerPaymentIntent> {
-        self.ledger()
-            .payment_intents
-            .into_iter()
-            .find(|entry| entry.id == id)
+        self.payment_intents.get(id).map(LedgerPaymentIntent::of)
     }
 
     /// Changes an intent behind the API's back (no event), to seed discrepancies.
@@ -775,4 +759,21 @@ fn page(
         }
     };
     Ok(json!({ "object": "list", "url": url, "has_more": has_more, "data": data }))
+}
+
+impl LedgerPaymentIntent {
+    fn of(intent: &PaymentIntent) -> Self {
+        Self {
+            id: intent.id.clone(),
+            idempotency_key: intent.idempotency_key.clone(),
+            metadata: intent.metadata.clone(),
+            amount: intent.amount,
+            amount_received: intent.amount_received,
+            amount_refunded: intent.amount_refunded,
+            currency: intent.currency.clone(),
+            status: intent.status.as_str().to_owned(),
+            created: intent.created,
+            origin: intent.origin,
+        }
+    }
 }
