@@ -25,6 +25,9 @@ use crate::sweep_job::SweepJob;
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// Health service names that follow the database: NOT_SERVING while `store.ping()` fails.
 const READINESS_SERVICES: [&str; 2] = ["", proto::payments_server::SERVICE_NAME];
+/// Follows the database too where reports can run (PostgreSQL); NOT_SERVING on the embedded
+/// store, where every Reports call is refused.
+const REPORTS_SERVICE: &str = proto::reports_server::SERVICE_NAME;
 /// A health service name that is SERVING while the process runs, whatever the database does:
 /// for liveness probes, which must not restart a process because its database is down.
 pub const LIVENESS_SERVICE: &str = "liveness";
@@ -126,9 +129,13 @@ impl Application {
         let shutdown = self.shutdown.clone();
         let store = self.store.clone();
         health_reporter.set_service_status(LIVENESS_SERVICE, tonic_health::ServingStatus::Serving).await;
+        let mut readiness = READINESS_SERVICES.to_vec();
+        if self.reporter.is_some() {
+            readiness.push(REPORTS_SERVICE);
+        }
         // Not ready until the database has answered once.
-        for service in READINESS_SERVICES {
-            health_reporter.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
+        for service in readiness.iter().chain([&REPORTS_SERVICE]) {
+            health_reporter.set_service_status(*service, tonic_health::ServingStatus::NotServing).await;
         }
         let health_task = tokio::spawn({
             let shutdown = shutdown.clone();
@@ -137,7 +144,7 @@ impl Application {
                 loop {
                     tokio::select! {
                         _ = shutdown.cancelled() => {
-                            for service in READINESS_SERVICES.into_iter().chain([LIVENESS_SERVICE]) {
+                            for service in readiness.iter().copied().chain([LIVENESS_SERVICE]) {
                                 health_reporter.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
                             }
                             return;
@@ -145,7 +152,7 @@ impl Application {
                         _ = interval.tick() => {}
                     }
                     let serving = store.ping().await.is_ok();
-                    for service in READINESS_SERVICES {
+                    for service in readiness.iter().copied() {
                         let status = if serving {
                             tonic_health::ServingStatus::Serving
                         } else {

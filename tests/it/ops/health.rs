@@ -16,6 +16,7 @@ use crate::support::health::{channel, health};
 use crate::support::TestApp;
 
 const PAYMENTS: &str = "chargeguard.v1.Payments";
+const REPORTS: &str = "chargeguard.v1.Reports";
 
 async fn reflect(app: &TestApp, request: MessageRequest) -> MessageResponse {
     let mut client = ServerReflectionClient::new(channel(app.grpc_addr).await.unwrap());
@@ -103,6 +104,7 @@ async fn health_is_serving_with_a_reachable_database_and_not_serving_once_it_goe
     let mut payments = watch(app.grpc_addr, PAYMENTS).await;
     read_until(&mut payments, ServingStatus::Serving).await;
     read_until(&mut watch(app.grpc_addr, "").await, ServingStatus::Serving).await;
+    read_until(&mut watch(app.grpc_addr, REPORTS).await, ServingStatus::Serving).await;
     assert_eq!(
         check(app.grpc_addr, LIVENESS_SERVICE).await,
         ServingStatus::Serving
@@ -124,6 +126,7 @@ async fn health_is_serving_with_a_reachable_database_and_not_serving_once_it_goe
     // The same stream, which announced SERVING above, now announces the change.
     read_until(&mut payments, ServingStatus::NotServing).await;
     assert_eq!(check(app.grpc_addr, "").await, ServingStatus::NotServing);
+    assert_eq!(check(app.grpc_addr, REPORTS).await, ServingStatus::NotServing);
     // Liveness is about the process: a restart would not bring the database back.
     assert_eq!(
         check(app.grpc_addr, LIVENESS_SERVICE).await,
@@ -159,4 +162,12 @@ async fn health_is_not_serving_while_the_database_is_unreachable() {
         .unwrap_err();
     assert_eq!(error.code(), tonic::Code::Unavailable);
     assert_eq!(crate::support::error_code(&error), "unavailable");
+}
+
+#[tokio::test]
+async fn on_the_embedded_store_reports_are_not_serving_while_payments_are() {
+    let app = TestApp::spawn_backend(crate::support::Backend::Sqlite).await;
+    read_until(&mut watch(app.grpc_addr, PAYMENTS).await, ServingStatus::Serving).await;
+    // Every Reports call is refused there (reports need PostgreSQL): probes must not route them.
+    assert_eq!(check(app.grpc_addr, REPORTS).await, ServingStatus::NotServing);
 }
