@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use chargeguard::clock::SystemClock;
 use chargeguard::config::Config;
-use chargeguard::startup::Application;
+use chargeguard::startup::{Application, Core};
 use chargeguard::telemetry::{self, LogFormat};
 
 /// chargeguard: at most one charge per business operation.
@@ -114,13 +114,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Sweep(_) => {
-            let mut config = Config::load(cli.config.as_deref())?;
-            // The pass serves nothing: ephemeral ports keep it clear of a `serve` on this host.
-            config.server.grpc_listen = "127.0.0.1:0".parse()?;
-            config.server.http_listen = "127.0.0.1:0".parse()?;
-            let app = Application::build(config, Arc::new(SystemClock)).await?;
-            let outcome = app.orchestrator().try_sweep_once().await?;
-            println!("sweep: {outcome}");
+            // The pass serves nothing: no listeners, only the store, the provider and the flows.
+            let config = Config::load(cli.config.as_deref())?;
+            let core = Core::build(config, Arc::new(SystemClock)).await?;
+            let outcome = core.orchestrator().try_sweep_once().await;
+            core.close().await;
+            println!("sweep: {}", outcome?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {

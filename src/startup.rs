@@ -34,21 +34,27 @@ pub const LIVENESS_SERVICE: &str = "liveness";
 /// How often the metrics recorder drains its histograms.
 const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-pub struct Application {
+/// What `serve` runs besides its listeners: the store, the provider (or the built-in simulator)
+/// and the flows. `sweep --once` builds only this.
+pub struct Core {
     config: Config,
     orchestrator: Orchestrator,
     store: Arc<dyn AttemptStore>,
     /// `None` on the embedded store.
     reporter: Option<Reporter>,
     inbox: Option<Arc<dyn InboxStore>>,
-    grpc_listener: TcpListener,
-    http_listener: TcpListener,
-    shutdown: CancellationToken,
     /// The built-in simulator, when no provider key is configured; stopped after the servers.
     simulator: Option<SimulatorHandle>,
 }
 
-impl Application {
+pub struct Application {
+    core: Core,
+    grpc_listener: TcpListener,
+    http_listener: TcpListener,
+    shutdown: CancellationToken,
+}
+
+impl Core {
     pub async fn build(mut config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
         config.validate()?;
         let simulator = start_embedded_simulator(&mut config).await?;
@@ -75,23 +81,34 @@ impl Application {
             Reporter::new(report_store, provider.clone(), clock.clone(), ReportSettings::from_config(&config.report))
         });
         let orchestrator = Orchestrator::new(store.clone(), provider, clock, config.orchestrator_settings());
+        Ok(Self { config, orchestrator, store, inbox, reporter, simulator })
+    }
+
+    pub fn orchestrator(&self) -> &Orchestrator {
+        &self.orchestrator
+    }
+
+    /// Stops the built-in simulator, then closes the database (a clean close leaves no SQLite
+    /// `-wal` file). Call when nothing uses either any more.
+    pub async fn close(self) {
+        if let Some(simulator) = self.simulator {
+            simulator.shutdown().await;
+        }
+        self.store.close().await;
+    }
+}
+
+impl Application {
+    pub async fn build(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
+        let core = Core::build(config, clock).await?;
+        let config = &core.config;
         let grpc_listener = TcpListener::bind(config.server.grpc_listen)
             .await
             .with_context(|| format!("binding gRPC on {}", config.server.grpc_listen))?;
         let http_listener = TcpListener::bind(config.server.http_listen)
             .await
             .with_context(|| format!("binding HTTP on {}", config.server.http_listen))?;
-        Ok(Self {
-            config,
-            orchestrator,
-            store,
-            inbox,
-            reporter,
-            grpc_listener,
-            http_listener,
-            shutdown: CancellationToken::new(),
-            simulator,
-        })
+        Ok(Self { core, grpc_listener, http_listener, shutdown: CancellationToken::new() })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -103,7 +120,7 @@ impl Application {
     }
 
     pub fn orchestrator(&self) -> &Orchestrator {
-        &self.orchestrator
+        &self.core.orchestrator
     }
 
     /// Cancel to stop: in-flight calls finish, then the servers return.
@@ -112,6 +129,7 @@ impl Application {
     }
 
     pub async fn run(self) -> anyhow::Result<()> {
+        let core = &self.core;
         let metrics = crate::telemetry::metrics_handle();
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
         let reflection = tonic_reflection::server::Builder::configure()
@@ -119,18 +137,18 @@ impl Application {
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .build_v1()
             .context("building the reflection service")?;
-        let authenticator = Authenticator::from_config(&self.config.consumers)?;
+        let authenticator = Authenticator::from_config(&core.config.consumers)?;
         let reports =
-            ReportsService::new(self.reporter.clone(), Operators::from_config(&self.config.operators), authenticator.clone())
+            ReportsService::new(core.reporter.clone(), Operators::from_config(&core.config.operators), authenticator.clone())
                 .into_server();
-        let payments = PaymentsService::new(self.orchestrator.clone(), authenticator).into_server();
+        let payments = PaymentsService::new(core.orchestrator.clone(), authenticator).into_server();
 
         let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
         let shutdown = self.shutdown.clone();
-        let store = self.store.clone();
+        let store = core.store.clone();
         health_reporter.set_service_status(LIVENESS_SERVICE, tonic_health::ServingStatus::Serving).await;
         let mut readiness = READINESS_SERVICES.to_vec();
-        if self.reporter.is_some() {
+        if core.reporter.is_some() {
             readiness.push(REPORTS_SERVICE);
         }
         // Not ready until the database has answered once.
@@ -176,8 +194,8 @@ impl Application {
             }
         });
 
-        let webhooks = self.inbox.clone().map(|inbox| {
-            crate::webhook::Webhooks::new(inbox, self.orchestrator.clock().clone(), self.config.webhook_settings())
+        let webhooks = core.inbox.clone().map(|inbox| {
+            crate::webhook::Webhooks::new(inbox, core.orchestrator.clock().clone(), core.config.webhook_settings())
         });
         if webhooks.is_none() {
             tracing::warn!("webhooks need PostgreSQL: POST /webhooks/stripe and the inbox worker are off on SQLite");
@@ -185,8 +203,8 @@ impl Application {
         let webhook_jobs = webhooks.as_ref().map(|webhooks| webhooks.spawn_jobs(&shutdown)).unwrap_or_default();
 
         let grpc = tonic::transport::Server::builder()
-            .timeout(Duration::from_millis(self.config.server.request_timeout_ms))
-            .concurrency_limit_per_connection(self.config.server.concurrent_requests_max)
+            .timeout(Duration::from_millis(core.config.server.request_timeout_ms))
+            .concurrency_limit_per_connection(core.config.server.concurrent_requests_max)
             .add_service(health_service)
             .add_service(reflection)
             .add_service(payments)
@@ -196,7 +214,7 @@ impl Application {
                 tonic::transport::server::TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
                 shutdown.clone().cancelled_owned(),
             );
-        let mut http_router = crate::http::router(crate::http::HttpState { store: self.store.clone() });
+        let mut http_router = crate::http::router(crate::http::HttpState { store: core.store.clone() });
         if let Some(webhooks) = &webhooks {
             // Signatures carry the sender's wall-clock time: checked against ours, not the
             // business clock that tests move.
@@ -206,8 +224,8 @@ impl Application {
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         let grpc = tokio::spawn(grpc);
         let http = tokio::spawn(async move { http.await });
-        let sweep = if self.config.sweep.enabled {
-            Some(SweepJob::start(self.orchestrator.clone(), &self.config.sweep.schedule, shutdown.clone()).await?)
+        let sweep = if core.config.sweep.enabled {
+            Some(SweepJob::start(core.orchestrator.clone(), &core.config.sweep.schedule, shutdown.clone()).await?)
         } else {
             None
         };
@@ -215,7 +233,7 @@ impl Application {
         // process (the crash-point tests) learns where to connect.
         tracing::info!(grpc = %grpc_addr, http = %http_addr, "chargeguard serving");
         shutdown.cancelled().await;
-        let grace = Duration::from_millis(self.config.server.shutdown_grace_ms);
+        let grace = Duration::from_millis(core.config.server.shutdown_grace_ms);
         let drained = tokio::time::timeout(grace, async {
             if let Some(sweep) = sweep {
                 sweep.stop().await;
@@ -232,13 +250,12 @@ impl Application {
         .await;
         health_task.abort();
         upkeep_task.abort();
-        // After the servers: an in-flight call may still be talking to the simulator.
-        if let Some(simulator) = self.simulator {
-            simulator.shutdown().await;
-        }
-        // Last: nothing uses the database any more. A clean close leaves no SQLite `-wal` file.
+        // After the servers: an in-flight call may still be talking to the simulator and the
+        // database. Drained, nothing uses either; otherwise leave the database's connections be.
         if drained.is_ok() {
-            self.store.close().await;
+            self.core.close().await;
+        } else if let Some(simulator) = self.core.simulator {
+            simulator.shutdown().await;
         }
         match drained {
             Ok((grpc, http)) => {
