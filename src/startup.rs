@@ -195,7 +195,12 @@ impl Application {
         });
 
         let webhooks = core.inbox.clone().map(|inbox| {
-            crate::webhook::Webhooks::new(inbox, core.orchestrator.clock().clone(), core.config.webhook_settings())
+            crate::webhook::Webhooks::new(
+                inbox,
+                core.orchestrator.clock().clone(),
+                core.config.webhook_settings(),
+                core.orchestrator.outcome_cache().clone(),
+            )
         });
         if webhooks.is_none() {
             tracing::warn!("webhooks need PostgreSQL: POST /webhooks/stripe and the inbox worker are off on SQLite");

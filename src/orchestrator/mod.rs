@@ -114,6 +114,12 @@ impl Orchestrator {
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
+
+    /// The decided outcomes this process answers duplicates from; writers of decided rows in
+    /// this process (the webhook worker) make it forget what they change.
+    pub fn outcome_cache(&self) -> &Arc<OutcomeCache> {
+        &self.outcome_cache
+    }
 }
 
 fn chrono_duration(duration: Duration) -> chrono::Duration {

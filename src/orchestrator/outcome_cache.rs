@@ -115,6 +115,14 @@ impl OutcomeCache {
         entries.insert(key, entry);
     }
 
+    /// Drops the operation's entry: its row was just changed in this process (a webhook flagged
+    /// it), so the next duplicate reads the database.
+    pub fn forget(&self, consumer: &ConsumerName, operation_key: &OperationKey) {
+        if let Some(entries) = &self.entries {
+            entries.remove(&CacheKeyRef { consumer, operation_key });
+        }
+    }
+
     /// Entries held (expired ones included until they are evicted or replaced).
     pub fn len(&self) -> usize {
         self.entries.as_ref().map_or(0, Cache::len)
@@ -220,6 +228,15 @@ mod tests {
         assert!(cache.get(&other, &attempt.operation_key).is_none());
         let other_operation = OperationKey::parse("another-operation").unwrap();
         assert!(cache.get(&attempt.consumer, &other_operation).is_none());
+    }
+
+    #[test]
+    fn a_forgotten_entry_is_a_miss() {
+        let cache = cache();
+        let attempt = attempt_with_status(AttemptStatus::Succeeded);
+        cache.remember(&attempt);
+        cache.forget(&attempt.consumer, &attempt.operation_key);
+        assert!(cache.get(&attempt.consumer, &attempt.operation_key).is_none());
     }
 
     #[test]

@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::orchestrator::OutcomeCache;
 use crate::secret::Secret;
 use crate::store::InboxStore;
 
@@ -42,6 +43,7 @@ pub struct Webhooks {
     store: Arc<dyn InboxStore>,
     clock: Arc<dyn Clock>,
     settings: WebhookSettings,
+    outcomes: Arc<OutcomeCache>,
 }
 
 impl Webhooks {
@@ -49,16 +51,18 @@ impl Webhooks {
         store: Arc<dyn InboxStore>,
         clock: Arc<dyn Clock>,
         settings: WebhookSettings,
+        outcomes: Arc<OutcomeCache>,
     ) -> Self {
         Self {
             store,
             clock,
             settings,
+            outcomes,
         }
     }
 
     pub fn worker(&self) -> InboxWorker {
-        InboxWorker::new(self.store.clone(), self.clock.clone(), self.settings.worker)
+        InboxWorker::new(self.store.clone(), self.clock.clone(), self.settings.worker, self.outcomes.clone())
     }
 
     pub fn retention(&self) -> Retention {

@@ -10,6 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::decision;
 use super::event::{Subject, parse_subject};
 use crate::clock::Clock;
+use crate::domain::Attempt;
+use crate::orchestrator::OutcomeCache;
 use crate::store::StoreError;
 use crate::store::inbox::{
     Claim, ClaimOwner, InboxEvent, InboxOutcome, InboxStore, SettleEvent, Settlement,
@@ -64,6 +66,8 @@ pub struct InboxWorker {
     store: Arc<dyn InboxStore>,
     clock: Arc<dyn Clock>,
     settings: WorkerSettings,
+    /// Forgets an attempt this worker changes, so a duplicate `Charge` in this process reads it.
+    outcomes: Arc<OutcomeCache>,
 }
 
 impl InboxWorker {
@@ -71,11 +75,13 @@ impl InboxWorker {
         store: Arc<dyn InboxStore>,
         clock: Arc<dyn Clock>,
         settings: WorkerSettings,
+        outcomes: Arc<OutcomeCache>,
     ) -> Self {
         Self {
             store,
             clock,
             settings,
+            outcomes,
         }
     }
 
@@ -135,7 +141,7 @@ impl InboxWorker {
         event: &InboxEvent,
         owner: ClaimOwner,
     ) -> Result<Option<InboxOutcome>, StoreError> {
-        let settlement = self.decide(event).await?;
+        let (settlement, attempt) = self.decide(event).await?;
         let settle = SettleEvent {
             event_id: event.event_id.clone(),
             owner,
@@ -148,15 +154,19 @@ impl InboxWorker {
         };
         let outcome = self.store.settle_event(&settle).await?;
         if let Some(outcome) = outcome {
+            if let Some(attempt) = attempt.filter(|_| changes_the_attempt(outcome)) {
+                self.outcomes.forget(&attempt.consumer, &attempt.operation_key);
+            }
             record(event, &settle.settlement, outcome);
         }
         Ok(outcome)
     }
 
-    async fn decide(&self, event: &InboxEvent) -> Result<Settlement, StoreError> {
+    /// The settlement, and the attempt it is about when there is one.
+    async fn decide(&self, event: &InboxEvent) -> Result<(Settlement, Option<Attempt>), StoreError> {
         match parse_subject(&event.event_type, &event.payload) {
-            Err(error) => Ok(decision::unreadable(&error)),
-            Ok(Subject::Untracked) => Ok(decision::untracked(&event.event_type)),
+            Err(error) => Ok((decision::unreadable(&error), None)),
+            Ok(Subject::Untracked) => Ok((decision::untracked(&event.event_type), None)),
             Ok(Subject::Payment {
                 snapshot,
                 attempt_id,
@@ -165,11 +175,8 @@ impl InboxWorker {
                     .store
                     .find_attempt_for_payment(&snapshot.id, attempt_id)
                     .await?;
-                Ok(decision::for_payment(
-                    &event.event_id,
-                    &snapshot,
-                    attempt.as_ref(),
-                ))
+                let settlement = decision::for_payment(&event.event_id, &snapshot, attempt.as_ref());
+                Ok((settlement, attempt))
             }
         }
     }
@@ -209,6 +216,11 @@ impl InboxWorker {
             }
         }
     }
+}
+
+/// Whether settling wrote to the attempt's row: moved it, or flagged it for review.
+fn changes_the_attempt(outcome: InboxOutcome) -> bool {
+    matches!(outcome, InboxOutcome::Applied | InboxOutcome::Conflict)
 }
 
 fn record(event: &InboxEvent, settlement: &Settlement, outcome: InboxOutcome) {

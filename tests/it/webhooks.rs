@@ -64,6 +64,7 @@ impl Hooked {
                 claim_duration: CLAIM,
                 interval: Duration::from_secs(3_600),
             },
+            app.orchestrator.outcome_cache().clone(),
         );
         Self { app, store, worker }
     }
@@ -712,6 +713,28 @@ async fn an_event_for_a_second_object_flags_the_attempt_and_changes_nothing_else
         "{}",
         attempt.review_reason
     );
+}
+
+#[tokio::test]
+async fn a_flag_from_a_webhook_reaches_the_next_duplicate_at_once() {
+    // Decided outcomes are remembered far longer than this test runs.
+    let hooked = Hooked::spawn_with(|config| config.charge.outcome_cache_ttl_ms = 600_000).await;
+    let paid = hooked.app.charge(charge_request("order-wh-cache")).await.unwrap().attempt.unwrap();
+    let remembered = hooked.app.charge(charge_request("order-wh-cache")).await.unwrap();
+    assert_eq!(remembered.attempt.as_ref(), Some(&paid));
+
+    let body = intent_event("evt_cache_second", "payment_intent.succeeded", "pi_cache_second", "succeeded", &paid.attempt_id);
+    let signature = sign(&Secret::new(SECRET), wall_now(), body.as_bytes());
+    assert_eq!(hooked.post(&body, Some(signature)).await, reqwest::StatusCode::OK);
+    hooked.deliver().await;
+
+    // The worker that flagged the row made this process forget its outcome.
+    let again = hooked.app.charge(charge_request("order-wh-cache")).await.unwrap();
+    assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);
+    let attempt = again.attempt.unwrap();
+    assert!(attempt.needs_review, "read from the database after the flag");
+    assert!(attempt.review_reason.contains("pi_cache_second"), "{}", attempt.review_reason);
+    assert_eq!(attempt.provider_payment_id, paid.provider_payment_id);
 }
 
 #[tokio::test]
