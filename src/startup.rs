@@ -151,9 +151,9 @@ impl Application {
         if core.reporter.is_some() {
             readiness.push(REPORTS_SERVICE);
         }
-        // Not ready until the database has answered once.
-        for service in readiness.iter().chain([&REPORTS_SERVICE]) {
-            health_reporter.set_service_status(*service, tonic_health::ServingStatus::NotServing).await;
+        // Not ready until the database has answered once (Reports never, where reports cannot run).
+        for service in READINESS_SERVICES.into_iter().chain([REPORTS_SERVICE]) {
+            health_reporter.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
         }
         let health_task = tokio::spawn({
             let shutdown = shutdown.clone();

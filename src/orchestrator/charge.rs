@@ -138,9 +138,6 @@ impl Orchestrator {
                 fields: attempt.params.differing_fields(&request.params),
             });
         }
-        if attempt.status.is_terminal() {
-            return Ok(ChargeReply { attempt, outcome: ChargeOutcome::Duplicate });
-        }
         let deadline = Instant::now() + self.settings.concurrent_wait_max;
         let mut poll = WAIT_POLL_INITIAL;
         let mut subscription = self.notifier.subscribe();
@@ -177,11 +174,12 @@ impl Orchestrator {
         let before_status = leased.status;
         let before_provider_id = leased.provider_payment_id.clone();
         if let Some(reason) = leased.review_reason.clone()
-            && leased.provider_payment_id.is_none() {
-                // A flagged row without a known object: sending again could charge twice.
-                let end = self.release_unchanged(leased, owner).await?;
-                return Err(OrchestratorError::NeedsReview { attempt_id: end.id, reason });
-            }
+            && leased.provider_payment_id.is_none()
+        {
+            // A flagged row without a known object: sending again could charge twice.
+            let end = self.release_unchanged(leased, owner).await?;
+            return Err(OrchestratorError::NeedsReview { attempt_id: end.id, reason });
+        }
         let end = self.run_round(leased, owner).await?;
         if let Some(error) = end.provider_error {
             return Err(unfinished_error(&end.attempt, error.to_string()));
