@@ -67,9 +67,10 @@ pub fn list_filter(request: &proto::ListAttemptsRequest) -> Result<ListFilter, I
     let created_from = request.created_from.as_ref().map(|t| time_from_proto("created_from", t)).transpose()?;
     let created_to = request.created_to.as_ref().map(|t| time_from_proto("created_to", t)).transpose()?;
     if let (Some(from), Some(to)) = (created_from, created_to)
-        && from >= to {
-            return Err(InvalidField::new("created_to", "must be after created_from"));
-        }
+        && from >= to
+    {
+        return Err(InvalidField::new("created_to", "must be after created_from"));
+    }
     Ok(ListFilter { status, created_from, created_to })
 }
 

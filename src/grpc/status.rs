@@ -13,9 +13,10 @@ fn status(code: Code, error_code: &'static str, message: String, attempt: Option
     let mut status = Status::new(code, message);
     status.metadata_mut().insert(ERROR_CODE_METADATA, error_code.parse().expect("ascii literal"));
     if let Some(attempt) = attempt
-        && let Ok(value) = attempt.to_string().parse() {
-            status.metadata_mut().insert(ATTEMPT_ID_METADATA, value);
-        }
+        && let Ok(value) = attempt.to_string().parse()
+    {
+        status.metadata_mut().insert(ATTEMPT_ID_METADATA, value);
+    }
     status
 }
 

@@ -387,11 +387,12 @@ async fn every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up() 
     let mut refunded: BTreeMap<String, i64> = BTreeMap::new();
     for row in rows {
         if let Some(attempt) = row["attempt"].as_object()
-            && attempt["status"] == "succeeded" {
-                *ours
-                    .entry(attempt["currency"].as_str().unwrap().into())
-                    .or_default() += attempt["amount_minor"].as_i64().unwrap();
-            }
+            && attempt["status"] == "succeeded"
+        {
+            *ours
+                .entry(attempt["currency"].as_str().unwrap().into())
+                .or_default() += attempt["amount_minor"].as_i64().unwrap();
+        }
         for object in row["provider_objects"].as_array().unwrap() {
             let currency = object["currency"].as_str().unwrap().to_owned();
             if object["status"] == "succeeded" {

@@ -91,9 +91,10 @@ fn drain(
         let mut reader = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = reader.next_line().await {
             if let Some(addr) = serving_addr(&line)
-                && let Some(ready) = ready.take() {
-                    let _ = ready.send(addr);
-                }
+                && let Some(ready) = ready.take()
+            {
+                let _ = ready.send(addr);
+            }
             lines.lock().unwrap().push(line);
         }
     });
