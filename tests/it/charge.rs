@@ -8,10 +8,6 @@ use tonic::Code;
 
 use crate::support::{BILLING_TOKEN, Backend, ORDERS_TOKEN, TestApp, on_both_backends, authed, charge_request, error_code, outcome_of, status_of};
 
-async fn creates_sent(app: &TestApp) -> usize {
-    app.sim().requests().await.unwrap().iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").count()
-}
-
 async fn intents_at_provider(app: &TestApp) -> usize {
     app.sim().ledger().await.unwrap().payment_intents.len()
 }
@@ -44,7 +40,7 @@ async fn a_repeated_call_after_success_returns_the_stored_outcome_and_calls_noth
     let second = app.charge(charge_request("order-2:charge")).await.unwrap();
     assert_eq!(outcome_of(&second), ChargeOutcome::Duplicate);
     assert_eq!(second.attempt, first.attempt);
-    assert_eq!(creates_sent(&app).await, 1);
+    assert_eq!(app.creates().await.len(), 1);
     assert_eq!(intents_at_provider(&app).await, 1);
 }
 
@@ -60,7 +56,7 @@ async fn a_decline_is_a_stored_terminal_outcome_not_an_error(backend: Backend) {
     let again = app.charge(request).await.unwrap();
     assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);
     assert_eq!(status_of(&again), AttemptStatus::Failed);
-    assert_eq!(creates_sent(&app).await, 1, "the decision is not re-run");
+    assert_eq!(app.creates().await.len(), 1, "the decision is not re-run");
 }
 
 async fn same_key_with_different_parameters_is_rejected_and_nothing_changes(backend: Backend) {
@@ -76,7 +72,7 @@ async fn same_key_with_different_parameters_is_rejected_and_nothing_changes(back
     assert!(error.message().contains("amount_minor") && error.message().contains("currency"), "{}", error.message());
 
     assert_eq!(Some(app.attempt_of("order-4:charge").await), first.attempt);
-    assert_eq!(creates_sent(&app).await, 1);
+    assert_eq!(app.creates().await.len(), 1);
 }
 
 async fn fifty_concurrent_identical_calls_make_one_provider_object(backend: Backend) {
@@ -94,7 +90,7 @@ async fn fifty_concurrent_identical_calls_make_one_provider_object(backend: Back
     assert!(responses.iter().all(|r| status_of(r) == AttemptStatus::Succeeded));
     assert_eq!(responses.iter().filter(|r| outcome_of(r) == ChargeOutcome::Applied).count(), 1);
     assert_eq!(intents_at_provider(&app).await, 1);
-    assert_eq!(creates_sent(&app).await, 1);
+    assert_eq!(app.creates().await.len(), 1);
 }
 
 async fn a_500_before_apply_leaves_the_attempt_pending_and_the_retry_applies_once(backend: Backend) {

@@ -17,10 +17,6 @@ async fn spawn_with_ttl(backend: Backend, ttl_ms: u64) -> TestApp {
     TestApp::spawn_backend_with(backend, |config| config.charge.outcome_cache_ttl_ms = ttl_ms).await
 }
 
-async fn creates_sent(app: &TestApp) -> usize {
-    app.sim().requests().await.unwrap().iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").count()
-}
-
 async fn within_the_ttl_a_duplicate_is_answered_from_memory(backend: Backend) {
     let app = spawn_with_ttl(backend, 60_000).await;
     let first = app.charge(charge_request("order-1:charge")).await.unwrap();
@@ -35,7 +31,7 @@ async fn within_the_ttl_a_duplicate_is_answered_from_memory(backend: Backend) {
     let stored = app.attempt_of("order-1:charge").await;
     assert!(stored.needs_review, "GetAttempt reads the database");
     assert_eq!(stored.status, AttemptStatus::Succeeded as i32);
-    assert_eq!(creates_sent(&app).await, 1);
+    assert_eq!(app.creates().await.len(), 1);
     assert_eq!(app.attempt_rows().await, 1);
 }
 
@@ -50,7 +46,7 @@ async fn past_the_ttl_a_duplicate_reads_the_database_again(backend: Backend) {
     let attempt = again.attempt.unwrap();
     assert!(attempt.needs_review, "read from the database");
     assert_eq!(attempt.review_reason, "checked by an operator");
-    assert_eq!(creates_sent(&app).await, 1);
+    assert_eq!(app.creates().await.len(), 1);
 }
 
 async fn with_the_cache_off_every_duplicate_reads_the_database(backend: Backend) {
@@ -73,7 +69,7 @@ async fn a_remembered_outcome_still_refuses_different_parameters(backend: Backen
     assert_eq!(error_code(&error), "operation_mismatch");
     assert!(error.message().contains("amount_minor"), "{}", error.message());
     assert_eq!(Some(app.attempt_of("order-1:charge").await), first.attempt);
-    assert_eq!(creates_sent(&app).await, 1);
+    assert_eq!(app.creates().await.len(), 1);
 }
 
 async fn a_decline_is_remembered_as_a_decline(backend: Backend) {
@@ -87,7 +83,7 @@ async fn a_decline_is_remembered_as_a_decline(backend: Backend) {
     let again = app.charge(request).await.unwrap();
     assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);
     assert_eq!(again.attempt, first.attempt, "answered from memory");
-    assert_eq!(creates_sent(&app).await, 1, "the decision is not re-run");
+    assert_eq!(app.creates().await.len(), 1, "the decision is not re-run");
 }
 
 async fn another_consumer_with_the_same_key_gets_its_own_attempt(backend: Backend) {
@@ -96,7 +92,7 @@ async fn another_consumer_with_the_same_key_gets_its_own_attempt(backend: Backen
     let billing = app.charge_as(BILLING_TOKEN, charge_request("order-1:charge")).await.unwrap();
     assert_eq!(outcome_of(&billing), ChargeOutcome::Applied);
     assert_ne!(billing.attempt.as_ref().unwrap().attempt_id, orders.attempt.as_ref().unwrap().attempt_id);
-    assert_eq!(creates_sent(&app).await, 2);
+    assert_eq!(app.creates().await.len(), 2);
 }
 
 async fn an_undecided_attempt_is_reconciled_not_remembered(backend: Backend) {
@@ -109,7 +105,7 @@ async fn an_undecided_attempt_is_reconciled_not_remembered(backend: Backend) {
     let retried = app.charge(charge_request("order-1:charge")).await.unwrap();
     assert_eq!(outcome_of(&retried), ChargeOutcome::Reconciled, "the pending row was read, not remembered");
     assert_eq!(status_of(&retried), AttemptStatus::Succeeded);
-    assert_eq!(creates_sent(&app).await, 2, "the pending attempt was sent again with its key");
+    assert_eq!(app.creates().await.len(), 2, "the pending attempt was sent again with its key");
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1);
 }
 

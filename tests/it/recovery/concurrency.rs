@@ -10,7 +10,7 @@ use chargeguard::orchestrator::{Orchestrator, SweepOutcome};
 use chargeguard::startup::Application;
 use tokio_util::sync::CancellationToken;
 
-use super::{assert_settled, creates, seed_due_rows, stored};
+use super::{assert_settled, seed_due_rows, stored};
 use crate::support::{Backend, SIM_API_KEY, TestApp, on_both_backends, test_config};
 
 const STUCK_ROWS: usize = 1_000;
@@ -56,7 +56,7 @@ async fn two_sweepers_over_a_thousand_stuck_rows_reconcile_each_row_exactly_once
     assert!(first.iter().chain(&second).all(|p| p.claimed <= 100), "passes stay within batch_max");
 
     let mut creates_per_key: HashMap<String, usize> = HashMap::new();
-    for create in creates(&app).await {
+    for create in app.creates().await {
         *creates_per_key.entry(create.idempotency_key.unwrap()).or_default() += 1;
     }
     assert_eq!(creates_per_key.len(), STUCK_ROWS);
@@ -85,7 +85,7 @@ async fn a_cancelled_pass_stops_before_its_next_row(backend: Backend) {
     for row in &seeded {
         assert_eq!(stored(&app, row.operation_key.as_str()).await.status, AttemptStatus::Pending);
     }
-    assert!(creates(&app).await.is_empty());
+    assert!(app.creates().await.is_empty());
 }
 
 async fn sweep_once_from_the_command_line_prints_its_outcome(backend: Backend) {

@@ -8,7 +8,7 @@ use chargeguard::grpc::proto::{AttemptStatus as ProtoStatus, ChargeOutcome};
 
 use super::child::{ChildProcess, ChildSweep};
 use super::{
-    advance, assert_settled, creates, creates_with_key, hours, minutes, seed_due_rows, stored,
+    advance, assert_settled, creates_with_key, hours, minutes, seed_due_rows, stored,
     sweep_until_idle,
 };
 use crate::support::{TestApp, charge_request, outcome_of, status_of};
@@ -44,7 +44,7 @@ async fn crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_swee
         assert_eq!(attempt.status, AttemptStatus::Pending);
         assert!(attempt.lease.is_some(), "the dead process still holds its lease");
     }
-    assert!(creates(&app).await.is_empty(), "the provider was never called");
+    assert!(app.creates().await.is_empty(), "the provider was never called");
     // Past the dead process's lease and the recovery grace period.
     advance(&app, minutes(2)).await;
 
@@ -141,7 +141,7 @@ async fn crash_after_the_result_is_recorded_answers_the_duplicate_from_the_recor
         0,
         "a terminal row is not swept"
     );
-    assert_eq!(creates(&app).await.len(), 1, "nothing was called again");
+    assert_eq!(app.creates().await.len(), 1, "nothing was called again");
     assert_settled(&app, &["crash-4"]).await;
 }
 

@@ -13,7 +13,7 @@ use chargeguard::clock::Clock;
 use chargeguard::domain::{Attempt, AttemptStatus, ConsumerName, Lease, LeaseOwner, OperationKey};
 use chargeguard::grpc::proto::{self, GetAttemptRequest, get_attempt_request::Selector};
 use chargeguard::orchestrator::SweepOutcome;
-use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, RequestLogEntry};
+use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
 use futures::StreamExt;
 use uuid::Uuid;
 
@@ -112,14 +112,8 @@ pub async fn sweep_until_idle(app: &TestApp) -> SweepOutcome {
     panic!("still claiming rows after {SWEEP_PASSES_MAX} passes: {total}");
 }
 
-/// Creates (`POST /v1/payment_intents`) the simulator received.
-pub async fn creates(app: &TestApp) -> Vec<RequestLogEntry> {
-    let log = app.sim().requests().await.unwrap();
-    log.into_iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").collect()
-}
-
 pub async fn creates_with_key(app: &TestApp, key: &str) -> usize {
-    creates(app).await.iter().filter(|r| r.idempotency_key.as_deref() == Some(key)).count()
+    app.creates().await.iter().filter(|r| r.idempotency_key.as_deref() == Some(key)).count()
 }
 
 /// SEMANTICS.md invariants 1 and 2 for `operations`: each attempt is terminal; a succeeded one

@@ -8,7 +8,7 @@ use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, FaultTarget};
 use tonic::Code;
 
 use super::{
-    advance, assert_settled, creates, hours, leave_pending, metrics_text, minutes, shown, stored,
+    advance, assert_settled, hours, leave_pending, metrics_text, minutes, shown, stored,
     sweep_until_idle,
 };
 use crate::support::{Backend, TestApp, charge_request, error_code, on_both_backends};
@@ -77,7 +77,7 @@ async fn an_outage_past_the_window_never_expires_what_it_cannot_see(backend: Bac
     leave_pending(&app, operations[0], FaultKind::FailBeforeApply).await;
     leave_pending(&app, operations[1], FaultKind::ApplyThenFail).await;
     advance(&app, hours(25)).await;
-    let creates_before = creates(&app).await.len();
+    let creates_before = app.creates().await.len();
 
     // Search answers but the list (which does not lag) fails: "not found by search" is no proof.
     outage(&app, Endpoint::ListPaymentIntents, FaultKind::FailBeforeApply).await;
@@ -94,7 +94,7 @@ async fn an_outage_past_the_window_never_expires_what_it_cannot_see(backend: Bac
     assert_eq!((second.claimed, second.unfinished, second.failed), (2, 2, 0), "{second}");
     let second_wait = assert_backing_off(&app, &stored(&app, operations[0]).await);
     assert!(second_wait > first_wait, "exponential backoff: {first_wait} then {second_wait}");
-    assert_eq!(creates(&app).await.len(), creates_before, "no create past the window");
+    assert_eq!(app.creates().await.len(), creates_before, "no create past the window");
 
     app.sim().clear_faults().await.unwrap();
     advance(&app, minutes(10)).await;

@@ -19,7 +19,7 @@ use chargeguard::grpc::hash_token;
 use chargeguard::grpc::proto::payments_client::PaymentsClient;
 use chargeguard::grpc::proto::{self, ChargeRequest, ChargeResponse, GetAttemptRequest, get_attempt_request};
 use chargeguard::secret::Secret;
-use chargeguard::simulator::{self, SimControl, SimulatorConfig, SimulatorHandle};
+use chargeguard::simulator::{self, RequestLogEntry, SimControl, SimulatorConfig, SimulatorHandle};
 use chargeguard::startup::Application;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -140,6 +140,12 @@ impl TestApp {
         server.stop().await;
         drop(orchestrator);
         database
+    }
+
+    /// Creates (`POST /v1/payment_intents`) the simulator received, in order.
+    pub async fn creates(&self) -> Vec<RequestLogEntry> {
+        let log = self.sim().requests().await.unwrap();
+        log.into_iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").collect()
     }
 
     pub fn sim(&self) -> SimControl {
