@@ -157,6 +157,7 @@ PGBENCH_VALUES=(
   -D description=chargeguard-bench -D 'metadata={"bench":"pgbench"}'
   -D fingerprint=5f0c8a4c1d7e2b9a3f6e0d4c8b2a7f1e9d3c5b7a0e2f4d6c8b1a3e5f7d9c0b2a
   -D provider=stripe -D now=now -D succeeded=succeeded -D 'unfinished={pending,requires_action}'
+  -D false=false
 )
 # CPU time (clock ticks) of PostgreSQL: its live processes and the children it has reaped.
 postgres_ticks() {

@@ -140,8 +140,6 @@ pub struct SweepConfig {
     pub batch_max: u32,
     /// Rows in flight at once (each holds a database connection for its statements).
     pub concurrency_max: u32,
-    /// Provider rounds after which an unfinished row is flagged for review instead of retried.
-    pub check_count_max: u32,
     /// A flagged row is looked at (and logged) again this often; it is never sent again.
     pub review_reminder_hours: u64,
 }
@@ -316,7 +314,6 @@ impl Default for SweepConfig {
             batch_max: 200,
             concurrency_max: 8,
             // About three days at the default one-hour backoff cap.
-            check_count_max: 72,
             review_reminder_hours: 24,
         }
     }
@@ -411,7 +408,6 @@ impl Config {
         check(crate::sweep_job::schedule_is_valid(&sweep.schedule), &format!("sweep.schedule {:?} must be a 6-field cron expression, seconds first (\"0 * * * * *\")", sweep.schedule));
         check((1..=10_000).contains(&sweep.batch_max), "sweep.batch_max must be 1-10000");
         check((1..=self.database.connections_max).contains(&sweep.concurrency_max), "sweep.concurrency_max must be 1..database.connections_max");
-        check((1..=10_000).contains(&sweep.check_count_max), "sweep.check_count_max must be 1-10000");
         check((1..=24 * 30).contains(&sweep.review_reminder_hours), "sweep.review_reminder_hours must be 1-720");
         for consumer in &self.consumers {
             check(crate::domain::ConsumerName::parse(&consumer.name).is_ok(), &format!("consumers: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", consumer.name));
@@ -471,6 +467,8 @@ impl Config {
             recheck_backoff_max: Duration::from_millis(charge.recheck_backoff_max_ms),
             requires_action_age_max: minutes(charge.requires_action_age_max_minutes),
             lookup_slack: minutes(charge.lookup_slack_minutes),
+            lookup_pages_per_round: self.provider.lookup_pages_max,
+            return_url: self.provider.return_url.clone(),
             list_page_size_default: charge.list_page_size_default,
             list_page_size_max: charge.list_page_size_max,
             outcome_cache: OutcomeCacheSettings {
@@ -480,7 +478,6 @@ impl Config {
             sweep: SweepSettings {
                 batch_max: self.sweep.batch_max,
                 concurrency_max: self.sweep.concurrency_max,
-                check_count_max: self.sweep.check_count_max,
                 review_reminder: Duration::from_secs(self.sweep.review_reminder_hours * 3600),
             },
         }
@@ -604,9 +601,8 @@ mod tests {
         config.sweep.schedule = "* * * * *".into();
         config.sweep.batch_max = 0;
         config.sweep.concurrency_max = config.database.connections_max + 1;
-        config.sweep.check_count_max = 0;
         let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
-        for option in ["sweep.schedule", "sweep.batch_max", "sweep.concurrency_max", "sweep.check_count_max"] {
+        for option in ["sweep.schedule", "sweep.batch_max", "sweep.concurrency_max"] {
             assert!(problems.iter().any(|p| p.contains(option)), "{option} in {problems:?}");
         }
         config.sweep = SweepConfig { schedule: "*/10 * * * * *".into(), ..SweepConfig::default() };

@@ -139,6 +139,31 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Charge(args) => Ok(chargeguard::cli::charge(args).await),
+        Command::Attempt(chargeguard::cli::AttemptArgs {
+            command: chargeguard::cli::AttemptCommand::Recheck(args),
+        }) => {
+            let config = Config::load(cli.config.as_deref())?;
+            let core = Core::build(config, Arc::new(SystemClock)).await?;
+            let id = chargeguard::domain::AttemptId::from_uuid(args.id);
+            let rechecked = core.orchestrator().recheck(id).await;
+            core.close().await;
+            match rechecked {
+                Ok(end) => {
+                    let attempt = &end.attempt;
+                    println!(
+                        "attempt {} is {}{}",
+                        attempt.id,
+                        attempt.status.as_str(),
+                        end.provider_error.map(|error| format!(" (provider: {error})")).unwrap_or_default()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(error) => {
+                    eprintln!("recheck failed: {error}");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
         Command::Attempt(args) => Ok(chargeguard::cli::attempt(args).await),
         Command::Report(args) => Ok(chargeguard::report::cli::run(cli.config.as_deref(), args).await),
         Command::HashToken { token } => {

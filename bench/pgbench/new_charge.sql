@@ -8,7 +8,8 @@
 -- - pgbench cannot make a UUID: gen_random_uuid() stands for the id and the lease owner, and
 --   finish_round's id and owner are read back from insert_pending's RETURNING.
 -- - pgbench cannot bind NULL: :absent sends the text 'null' where the service binds NULL.
--- - timestamps are the literal 'now' (the service binds its clock's instant).
+-- - the caller's timestamp is the literal 'now' (the service binds its clock's instant); the
+--   statements read the database's clock themselves.
 -- - operation and idempotency keys are one random 63-bit number (the service's benchmark keys
 --   are strings of about 30 and 71 characters).
 \set key random(1, 9000000000000000000)
@@ -16,8 +17,11 @@
 \set amount 1000
 \set generation 0
 \set calls 1
+\set zero 0
+\set lease_us 30000000
+\set grace_us 60000000
 SELECT * FROM insert_pending_attempt(
-                gen_random_uuid(), :consumer, :key, :amount, :currency, :payment_method, :absent, :description, :metadata, :fingerprint, :provider, :key, :generation, :now, gen_random_uuid(), :now, :now)
+                gen_random_uuid(), :consumer, :key, :amount, :currency, :payment_method, :absent, :description, :metadata, :fingerprint, :provider, :key, :generation, :now, :zero, gen_random_uuid(), :lease_us, :grace_us, :absent)
 \gset inserted_
 UPDATE payment_attempts SET
                 failure_code = CASE WHEN status = ANY(:unfinished) THEN :absent ELSE failure_code END,
@@ -26,15 +30,23 @@ UPDATE payment_attempts SET
                 next_action_url = CASE WHEN status = ANY(:unfinished) THEN :absent ELSE next_action_url END,
                 provider_status = CASE WHEN status = ANY(:unfinished) THEN COALESCE(:succeeded, provider_status)
                                        ELSE provider_status END,
+                action_started_at = CASE WHEN status = ANY(:unfinished) AND :succeeded = 'requires_action'
+                                         THEN now() + :zero * interval '1 microsecond'
+                                         ELSE action_started_at END,
                 status = CASE WHEN status = ANY(:unfinished) THEN :succeeded ELSE status END,
                 provider_payment_id = COALESCE(provider_payment_id, :inserted_idempotency_key),
-                review_reason = COALESCE(:absent, review_reason),
+                review_reason = CASE WHEN :absent::text IS NULL THEN review_reason
+                                     WHEN review_reason IS NULL THEN :absent
+                                     WHEN strpos(review_reason, :absent) > 0 THEN review_reason
+                                     ELSE review_reason || '; ' || :absent END,
                 provider_calls = provider_calls + :calls,
                 check_count = check_count + 1,
-                next_check_at = :now,
+                next_check_at = now() + (:zero + :zero) * interval '1 microsecond',
                 last_error = :absent,
+                create_replays_failure = create_replays_failure OR :false,
+                lookup_cursor = CASE WHEN :false THEN :absent ELSE lookup_cursor END,
                 lease_owner = NULL,
                 lease_expires_at = NULL,
-                updated_at = :now
+                updated_at = now() + :zero * interval '1 microsecond'
              WHERE id = :inserted_id AND lease_owner = :inserted_lease_owner
              RETURNING *;

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::domain::{Lease, LeaseOwner};
-use crate::store::{AttemptStore, PostgresStore, StoreError};
+use crate::domain::LeaseOwner;
+use crate::store::{AttemptStore, CallerTime, LeaseRequest, PostgresStore, StoreError};
 
 pub const BATCH_MAX_LIMIT: u32 = 10_000;
 pub const ROWS_MAX_LIMIT: u64 = 10_000_000;
@@ -82,17 +82,15 @@ pub async fn run(
     let mut rows_claimed = 0_u64;
     let mut batches = 0_u64;
     while rows_claimed < settings.rows_max {
-        let now = chrono::Utc::now();
-        let expires_at =
-            now + chrono::Duration::from_std(settings.lease).unwrap_or(chrono::Duration::MAX);
+        let lease = LeaseRequest {
+            owner,
+            duration: chrono::Duration::from_std(settings.lease).unwrap_or(chrono::Duration::MAX),
+            // The default safe window: the claim statement is timed as the sweep runs it.
+            key_window_safe: chrono::Duration::hours(23),
+            time: CallerTime { now: chrono::Utc::now(), shift: chrono::Duration::zero() },
+        };
         let remaining = u32::try_from(settings.rows_max - rows_claimed).unwrap_or(u32::MAX);
-        let claimed = store
-            .claim_due(
-                Lease { owner, expires_at },
-                now,
-                settings.batch_max.min(remaining),
-            )
-            .await?;
+        let claimed = store.claim_due(lease, settings.batch_max.min(remaining)).await?;
         if claimed.is_empty() {
             break;
         }

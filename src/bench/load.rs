@@ -476,6 +476,7 @@ async fn provider_create(shared: &Shared, key: &str) -> CallResult {
         operation_key: &operation_key,
         params: &direct.params,
         idempotency_key: &idempotency_key,
+        return_url: None,
     };
     match tokio::time::timeout(shared.settings.request_timeout, direct.provider.create_payment(create)).await {
         Err(_) => CallResult::Failed("client_timeout".to_owned()),
@@ -483,6 +484,7 @@ async fn provider_create(shared: &Shared, key: &str) -> CallResult {
         Ok(Err(error)) => CallResult::Failed(
             match error {
                 ProviderError::OutcomeUnknown(_) => "outcome_unknown",
+                ProviderError::ReplayedFailure(_) => "replayed_failure",
                 ProviderError::NotExecuted(_) => "not_executed",
                 ProviderError::NotFound(_) => "not_found",
                 ProviderError::KeyConflict(_) => "key_conflict",

@@ -90,6 +90,16 @@ pub enum AttemptCommand {
     Get(GetArgs),
     /// Lists attempts, newest first, one page at a time.
     List(ListArgs),
+    /// Operators: clears an attempt's review flag once its cause is gone (the reason stays in
+    /// its history) and re-checks it with the provider at once. Reads the service's own
+    /// configuration (`--config`, environment) and talks to its database, like `sweep`.
+    Recheck(RecheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RecheckArgs {
+    /// The attempt id (a UUID), as `attempt get` shows it.
+    pub id: uuid::Uuid,
 }
 
 #[derive(Debug, clap::Args)]
@@ -178,6 +188,7 @@ pub async fn attempt(args: AttemptArgs) -> ExitCode {
     match args.command {
         AttemptCommand::Get(args) => get(args).await,
         AttemptCommand::List(args) => list(args).await,
+        AttemptCommand::Recheck(_) => unreachable!("main runs recheck with the service's configuration"),
     }
 }
 

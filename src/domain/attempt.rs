@@ -143,6 +143,28 @@ pub struct Lease {
     pub expires_at: DateTime<Utc>,
 }
 
+/// How far a lookup past the key window has listed the provider's objects. Kept on the row, so
+/// that a lookup in a busy account resumes across rounds instead of starting over.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ListProgress {
+    #[default]
+    NotStarted,
+    /// The next page starts after this object.
+    After(String),
+    /// Every page of the attempt's created range was read.
+    Complete,
+}
+
+impl ListProgress {
+    /// The cursor to start the next page from, if paging is under way.
+    pub fn cursor(&self) -> Option<&str> {
+        match self {
+            ListProgress::After(cursor) => Some(cursor),
+            ListProgress::NotStarted | ListProgress::Complete => None,
+        }
+    }
+}
+
 /// One row of `payment_attempts`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attempt {
@@ -161,10 +183,25 @@ pub struct Attempt {
     pub failure: Option<Failure>,
     pub next_action: Option<NextAction>,
     pub review_reason: Option<String>,
+    /// Reasons an operator cleared with `attempt recheck`, kept for the record.
+    pub review_history: Option<String>,
     pub provider_calls: u32,
     /// When the current idempotency key may first have reached the provider. The provider
     /// forgets keys a fixed time after their first use, so this bounds every re-send.
     pub key_window_started_at: DateTime<Utc>,
+    /// No create with the current key can have reached the provider after this instant
+    /// (database time): the end of the last lease under which a create could be sent. Bounds
+    /// the created range a lookup lists. `None` on rows written before it was recorded.
+    pub create_sent_until: Option<DateTime<Utc>>,
+    /// The provider saved a failed answer (a 5xx) for the current key and replays it: sending
+    /// the key again can never succeed, so only a lookup can find what happened.
+    pub create_replays_failure: bool,
+    pub lookup_progress: ListProgress,
+    /// Fixed when the row is written and sent with every create under its key: a changed
+    /// configuration never alters a re-send (SEMANTICS.md invariant 10).
+    pub return_url: Option<String>,
+    /// When the row entered requires_action: the customer's time to act counts from here.
+    pub action_started_at: Option<DateTime<Utc>>,
     pub lease: Option<Lease>,
     pub check_count: u32,
     pub next_check_at: DateTime<Utc>,

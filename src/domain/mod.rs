@@ -14,7 +14,8 @@ mod provider_refund;
 mod recovery;
 
 pub use attempt::{
-    Attempt, AttemptId, AttemptKind, AttemptStatus, Failure, Lease, LeaseOwner, NextAction,
+    Attempt, AttemptId, AttemptKind, AttemptStatus, Failure, Lease, LeaseOwner, ListProgress,
+    NextAction,
 };
 pub use charge_request::{
     ChargeParams, ChargeRequest, Description, Fingerprint, Metadata, PaymentMethodId, CustomerId,
@@ -26,7 +27,8 @@ pub use operation::{ConsumerName, OperationKey};
 pub use provider_payment::{PaymentSnapshot, ProviderPaymentStatus, Resolution, resolve_snapshot};
 pub use provider_refund::RefundSnapshot;
 pub use recovery::{
-    KeyWindow, LookupResolution, PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step,
+    CLOCK_SKEW_TOLERANCE, ClockReadings, KeyAge, KeyWindow, LookupResolution,
+    PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step, lookup_created_range,
     resolve_lookup,
 };
 

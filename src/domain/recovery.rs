@@ -10,12 +10,46 @@ pub struct KeyWindow {
     safe: Duration,
 }
 
-/// How far behind a recorded instant the clock may read (skew between replicas) before the
-/// key window is treated as closed.
+/// How far apart the clocks the service reads may be (replicas, the database, the provider)
+/// without it noticing. Every bound that involves a clock leaves this much room.
 pub const CLOCK_SKEW_TOLERANCE: Duration = Duration::minutes(5);
 
 /// The provider's own retention of idempotency keys.
 pub const PROVIDER_KEY_RETENTION: Duration = Duration::hours(24);
+
+/// What the clocks the service can read said at one decision: this process's, and the
+/// database's as read by the statement that took the row's lease. Replicas' clocks differ
+/// from each other and from the database's; a decision that depends on time uses whichever
+/// reading makes it the safer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockReadings {
+    pub process: DateTime<Utc>,
+    pub database: DateTime<Utc>,
+}
+
+impl ClockReadings {
+    pub fn earliest(self) -> DateTime<Utc> {
+        self.process.min(self.database)
+    }
+
+    pub fn latest(self) -> DateTime<Utc> {
+        self.process.max(self.database)
+    }
+}
+
+/// How old the attempt's key is, as far as the service can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAge {
+    /// Younger than the safe window on every clock: a re-send is replayed or performed once.
+    Open,
+    /// At least the safe window old on some clock: never send the key again.
+    Expired,
+    /// A clock reads earlier than an instant already on the row (the key's start, or the last
+    /// write): that clock jumped back or runs behind, and the key's age is unknown. Never send
+    /// the key; but nothing proves the window over either, so a lookup that finds nothing does
+    /// not end the attempt.
+    Unknown,
+}
 
 impl KeyWindow {
     /// `safe` must be shorter than the provider's retention, or re-sends could create charges.
@@ -27,13 +61,20 @@ impl KeyWindow {
         self.safe
     }
 
-    /// Open while the key is younger than the safe window. A clock that reads earlier than an
-    /// instant already written on the row has jumped backwards (or another replica's runs
-    /// ahead): the key's age is then unknown, and an unknown age counts as expired.
-    pub fn is_open(self, attempt: &Attempt, now: DateTime<Utc>) -> bool {
-        let clock_went_back = now + CLOCK_SKEW_TOLERANCE < attempt.updated_at
-            || now + CLOCK_SKEW_TOLERANCE < attempt.key_window_started_at;
-        !clock_went_back && now - attempt.key_window_started_at < self.safe
+    /// Every clock may only close the window earlier, never keep it open: the start on the
+    /// row is the earliest reading at insert, the age here is measured by the latest reading,
+    /// and a reading before the start (or before the row's last write) means the age is
+    /// unknown — beyond the tolerance that covers ordinary skew.
+    pub fn age(self, attempt: &Attempt, readings: ClockReadings) -> KeyAge {
+        let started_at = attempt.key_window_started_at;
+        if readings.latest() - started_at >= self.safe {
+            return KeyAge::Expired;
+        }
+        let reads_before = |instant: DateTime<Utc>| readings.earliest() + CLOCK_SKEW_TOLERANCE < instant;
+        if reads_before(started_at) || reads_before(attempt.updated_at) {
+            return KeyAge::Unknown;
+        }
+        KeyAge::Open
     }
 }
 
@@ -45,9 +86,10 @@ pub enum RecoveryStep {
     ResendCreate,
     /// The provider object is known: read it.
     Retrieve { provider_payment_id: String },
-    /// Past the key window with no known object: never send the key again; look for objects
-    /// carrying the attempt's metadata instead.
-    FindByMetadata,
+    /// Never send the key again; look for objects carrying the attempt's metadata instead.
+    /// `conclusive`: finding nothing ends the attempt as expired (the window is over); else
+    /// the row stays pending and is looked up again after a backoff.
+    FindByMetadata { conclusive: bool },
     /// The customer never acted within the allowed time: cancel at the provider.
     Cancel { provider_payment_id: String },
 }
@@ -55,7 +97,7 @@ pub enum RecoveryStep {
 /// Chooses the next step for an unfinished attempt, or `None` for a terminal one.
 pub fn choose_recovery_step(
     attempt: &Attempt,
-    now: DateTime<Utc>,
+    readings: ClockReadings,
     window: KeyWindow,
     requires_action_age_max: Duration,
 ) -> Option<RecoveryStep> {
@@ -63,19 +105,41 @@ pub fn choose_recovery_step(
         return None;
     }
     if let Some(provider_payment_id) = attempt.provider_payment_id.clone() {
+        // The customer's time counts from when the action was asked for; rows recorded before
+        // that instant was kept count from their creation (earlier: the safer side for a cancel
+        // is not to wait longer than allowed).
+        let action_started_at = attempt.action_started_at.unwrap_or(attempt.created_at);
         let action_expired = attempt.status == AttemptStatus::RequiresAction
-            && now - attempt.created_at > requires_action_age_max;
+            && readings.database - action_started_at > requires_action_age_max;
         return Some(if action_expired {
             RecoveryStep::Cancel { provider_payment_id }
         } else {
             RecoveryStep::Retrieve { provider_payment_id }
         });
     }
-    Some(if window.is_open(attempt, now) {
-        RecoveryStep::ResendCreate
-    } else {
-        RecoveryStep::FindByMetadata
+    Some(match window.age(attempt, readings) {
+        KeyAge::Expired => RecoveryStep::FindByMetadata { conclusive: true },
+        KeyAge::Unknown => RecoveryStep::FindByMetadata { conclusive: false },
+        // A key whose saved answer is a failure will be answered the same way for as long as
+        // the provider remembers it: look the object up instead, until the window closes.
+        KeyAge::Open if attempt.create_replays_failure => RecoveryStep::FindByMetadata { conclusive: false },
+        KeyAge::Open => RecoveryStep::ResendCreate,
     })
+}
+
+/// The provider `created` range in which an attempt's objects can lie: from the key's start to
+/// the end of the last lease under which a create could be sent, widened by the skew
+/// tolerance (the provider's clock) and `slack`. Rows recorded before `create_sent_until`
+/// existed fall back to the whole window.
+pub fn lookup_created_range(
+    attempt: &Attempt,
+    window: KeyWindow,
+    slack: Duration,
+) -> (DateTime<Utc>, DateTime<Utc>) {
+    let started_at = attempt.key_window_started_at;
+    let sent_until = attempt.create_sent_until.unwrap_or(started_at + window.safe());
+    let margin = CLOCK_SKEW_TOLERANCE + slack;
+    (started_at - margin, sent_until.max(started_at) + margin)
 }
 
 /// What a metadata lookup past the key window found.
@@ -127,6 +191,11 @@ mod tests {
         KeyWindow::new(Duration::hours(23)).unwrap()
     }
 
+    /// Both clocks agree.
+    fn agreed(hours: i64) -> ClockReadings {
+        ClockReadings { process: at(hours), database: at(hours) }
+    }
+
     #[test]
     fn the_safe_window_stays_inside_the_provider_retention() {
         assert!(KeyWindow::new(Duration::hours(24)).is_none());
@@ -136,32 +205,91 @@ mod tests {
     #[test]
     fn resends_only_inside_the_window() {
         let attempt = pending_attempt();
-        let step = |now| choose_recovery_step(&attempt, now, window(), Duration::hours(24));
-        assert_eq!(step(at(1)), Some(RecoveryStep::ResendCreate));
-        assert_eq!(step(at(22)), Some(RecoveryStep::ResendCreate));
-        assert_eq!(step(at(23)), Some(RecoveryStep::FindByMetadata));
-        assert_eq!(step(at(25)), Some(RecoveryStep::FindByMetadata));
+        let step = |hours| choose_recovery_step(&attempt, agreed(hours), window(), Duration::hours(24));
+        assert_eq!(step(1), Some(RecoveryStep::ResendCreate));
+        assert_eq!(step(22), Some(RecoveryStep::ResendCreate));
+        assert_eq!(step(23), Some(RecoveryStep::FindByMetadata { conclusive: true }));
+        assert_eq!(step(25), Some(RecoveryStep::FindByMetadata { conclusive: true }));
     }
 
     #[test]
-    fn a_clock_that_went_backwards_closes_the_window() {
+    fn a_clock_that_went_backwards_makes_the_age_unknown() {
         let mut attempt = pending_attempt();
         attempt.updated_at = at(10);
-        assert!(!window().is_open(&attempt, at(9)));
-        assert!(window().is_open(&attempt, at(10)));
+        assert_eq!(window().age(&attempt, agreed(9)), KeyAge::Unknown);
+        assert_eq!(window().age(&attempt, agreed(10)), KeyAge::Open);
+    }
+
+    #[test]
+    fn the_latest_clock_ages_the_key() {
+        let attempt = pending_attempt();
+        let fast_process = ClockReadings { process: at(23), database: at(21) };
+        assert_eq!(window().age(&attempt, fast_process), KeyAge::Expired);
+        let fast_database = ClockReadings { process: at(21), database: at(23) };
+        assert_eq!(window().age(&attempt, fast_database), KeyAge::Expired);
+        assert_eq!(window().age(&attempt, agreed(21)), KeyAge::Open);
+    }
+
+    #[test]
+    fn a_clock_behind_the_key_start_beyond_the_tolerance_never_resends() {
+        let mut attempt = pending_attempt();
+        attempt.key_window_started_at = at(2);
+        attempt.updated_at = at(2);
+        let slow_process = ClockReadings { process: at(0), database: at(2) };
+        assert_eq!(window().age(&attempt, slow_process), KeyAge::Unknown);
+        let step = choose_recovery_step(&attempt, slow_process, window(), Duration::hours(24));
+        assert_eq!(step, Some(RecoveryStep::FindByMetadata { conclusive: false }));
+        let within_tolerance = ClockReadings {
+            process: at(2) - CLOCK_SKEW_TOLERANCE,
+            database: at(2),
+        };
+        assert_eq!(window().age(&attempt, within_tolerance), KeyAge::Open);
+    }
+
+    #[test]
+    fn a_key_that_replays_a_failure_is_looked_up_not_resent() {
+        let mut attempt = pending_attempt();
+        attempt.create_replays_failure = true;
+        let step = |hours| choose_recovery_step(&attempt, agreed(hours), window(), Duration::hours(24));
+        assert_eq!(step(1), Some(RecoveryStep::FindByMetadata { conclusive: false }));
+        assert_eq!(step(23), Some(RecoveryStep::FindByMetadata { conclusive: true }));
+    }
+
+    #[test]
+    fn the_lookup_range_covers_the_sends_not_the_window() {
+        let mut attempt = pending_attempt();
+        attempt.create_sent_until = Some(at(0) + Duration::seconds(30));
+        let slack = Duration::minutes(1);
+        let (from, to) = lookup_created_range(&attempt, window(), slack);
+        assert_eq!(from, at(0) - CLOCK_SKEW_TOLERANCE - slack);
+        assert_eq!(to, at(0) + Duration::seconds(30) + CLOCK_SKEW_TOLERANCE + slack);
+        attempt.create_sent_until = None;
+        let (_, to) = lookup_created_range(&attempt, window(), slack);
+        assert_eq!(to, at(23) + CLOCK_SKEW_TOLERANCE + slack, "old rows: the whole window");
+    }
+
+    #[test]
+    fn an_action_times_out_from_when_it_was_asked_for() {
+        let mut attempt = pending_attempt();
+        attempt.status = AttemptStatus::RequiresAction;
+        attempt.provider_payment_id = Some("pi_1".into());
+        attempt.action_started_at = Some(at(10));
+        let step = |hours| choose_recovery_step(&attempt, agreed(hours), window(), Duration::hours(24));
+        assert_eq!(step(30), Some(RecoveryStep::Retrieve { provider_payment_id: "pi_1".into() }));
+        assert_eq!(step(35), Some(RecoveryStep::Cancel { provider_payment_id: "pi_1".into() }));
     }
 
     #[test]
     fn known_objects_are_read_and_abandoned_actions_cancelled() {
         let mut attempt = pending_attempt();
         attempt.provider_payment_id = Some("pi_1".into());
-        let step = choose_recovery_step(&attempt, at(30), window(), Duration::hours(24));
+        let step = choose_recovery_step(&attempt, agreed(30), window(), Duration::hours(24));
         assert_eq!(step, Some(RecoveryStep::Retrieve { provider_payment_id: "pi_1".into() }));
         attempt.status = AttemptStatus::RequiresAction;
-        let step = choose_recovery_step(&attempt, at(30), window(), Duration::hours(24));
+        let step = choose_recovery_step(&attempt, agreed(30), window(), Duration::hours(24));
         assert_eq!(step, Some(RecoveryStep::Cancel { provider_payment_id: "pi_1".into() }));
         attempt.status = AttemptStatus::Succeeded;
-        assert_eq!(choose_recovery_step(&attempt, at(30), window(), Duration::hours(24)), None);
+        assert_eq!(choose_recovery_step(&attempt, agreed(30), window(), Duration::hours(24)), None);
     }
 
     fn snapshot(id: &str, status: ProviderPaymentStatus, created_hour: i64) -> PaymentSnapshot {

@@ -36,6 +36,12 @@ pub fn from_orchestrator(error: OrchestratorError) -> Status {
         OrchestratorError::OutcomeUnknown { attempt_id, .. } => {
             status(Code::Unavailable, "outcome_unknown", error.to_string(), Some(attempt_id))
         }
+        OrchestratorError::ProviderReplaysFailure { attempt_id } => {
+            status(Code::Unavailable, "provider_failure_replayed", error.to_string(), Some(attempt_id))
+        }
+        OrchestratorError::NotFlagged { attempt_id } => {
+            status(Code::FailedPrecondition, "not_flagged", error.to_string(), Some(attempt_id))
+        }
         OrchestratorError::InProgress { attempt_id } => {
             status(Code::Unavailable, "in_progress", error.to_string(), Some(attempt_id))
         }

@@ -7,9 +7,9 @@ use uuid::Uuid;
 
 use super::{Orchestrator, OrchestratorError, chrono_duration};
 use crate::domain::{
-    Attempt, AttemptId, ChargeRequest, ConsumerName, Fingerprint, derive_idempotency_key,
+    Attempt, AttemptId, ChargeRequest, ConsumerName, Fingerprint, LeaseOwner, derive_idempotency_key,
 };
-use crate::store::{InsertOutcome, NewAttempt};
+use crate::store::{InsertOutcome, Leased, NewAttempt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChargeOutcome {
@@ -57,6 +57,7 @@ impl Orchestrator {
             Ok(reply) => reply.outcome.as_str(),
             Err(OrchestratorError::OutcomeUnknown { .. }) => "unknown",
             Err(OrchestratorError::InProgress { .. }) => "in_progress",
+            Err(OrchestratorError::ProviderReplaysFailure { .. }) => "replayed_failure",
             Err(OrchestratorError::FingerprintMismatch { .. }) => "mismatch",
             Err(_) => "error",
         };
@@ -89,8 +90,7 @@ impl Orchestrator {
         request: &ChargeRequest,
         fingerprint: &Fingerprint,
     ) -> Result<ChargeReply, OrchestratorError> {
-        let now = self.clock.now();
-        let lease = self.new_lease(now);
+        let owner = self.new_lease_owner();
         let new = NewAttempt {
             id: AttemptId::from_uuid(Uuid::now_v7()),
             consumer: consumer.clone(),
@@ -100,21 +100,28 @@ impl Orchestrator {
             provider: self.provider.name(),
             idempotency_key: derive_idempotency_key(consumer, &request.operation_key, FIRST_GENERATION),
             generation: FIRST_GENERATION,
-            lease,
-            next_check_at: now + chrono_duration(self.settings.recovery_grace),
-            now,
+            return_url: self.settings.return_url.clone(),
+            lease_owner: owner,
+            lease_duration: chrono_duration(self.settings.lease_duration),
+            recovery_grace: chrono_duration(self.settings.recovery_grace),
+            time: self.caller_time(),
         };
         crate::failpoints::crash_point("charge.before_pending_commit");
         match self.store.insert_pending(&new).await? {
             InsertOutcome::Inserted(attempt) => {
                 tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
                 crate::failpoints::crash_point("charge.after_pending_commit");
-                let end = self.run_round(attempt, lease.owner).await?;
-                if let Some(error) = end.provider_error {
-                    return Err(unfinished_error(&end.attempt, error.to_string()));
-                }
+                // The row was just written on the database's clock: that write is the
+                // database's reading for this round's decision.
+                let database_now = attempt.updated_at;
+                let end = self.run_round(Leased { attempt, database_now }, owner).await?;
+                let (attempt, writer) = answered(end)?;
                 crate::failpoints::crash_point("charge.after_record");
-                Ok(ChargeReply { attempt: end.attempt, outcome: ChargeOutcome::Applied })
+                let outcome = match writer {
+                    RoundWriter::ThisRound => ChargeOutcome::Applied,
+                    RoundWriter::Other => ChargeOutcome::Duplicate,
+                };
+                Ok(ChargeReply { attempt, outcome })
             }
             InsertOutcome::Existing(attempt) => {
                 tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
@@ -145,12 +152,12 @@ impl Orchestrator {
             if attempt.status.is_terminal() {
                 return Ok(ChargeReply { attempt, outcome: ChargeOutcome::Duplicate });
             }
-            let now = self.clock.now();
-            if !attempt.is_leased_at(now) {
-                let lease = self.new_lease(now);
-                if let Some(leased) = self.store.acquire_lease(attempt.id, lease, now).await? {
-                    return self.reconcile_leased(leased, lease.owner).await;
-                }
+            // Whether the lease is free is the database's question, on its clock: this
+            // process's clock may run ahead (and would steal a live lease) or behind (and
+            // would never take an expired one).
+            let owner = self.new_lease_owner();
+            if let Some(leased) = self.store.acquire_lease(attempt.id, self.lease_request(owner)).await? {
+                return self.reconcile_leased(leased, owner).await;
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
@@ -166,37 +173,29 @@ impl Orchestrator {
         }
     }
 
-    async fn reconcile_leased(
-        &self,
-        leased: Attempt,
-        owner: crate::domain::LeaseOwner,
-    ) -> Result<ChargeReply, OrchestratorError> {
-        let before_status = leased.status;
-        let before_provider_id = leased.provider_payment_id.clone();
-        if let Some(reason) = leased.review_reason.clone()
-            && leased.provider_payment_id.is_none()
+    async fn reconcile_leased(&self, leased: Leased, owner: LeaseOwner) -> Result<ChargeReply, OrchestratorError> {
+        let before_status = leased.attempt.status;
+        let before_provider_id = leased.attempt.provider_payment_id.clone();
+        if let Some(reason) = leased.attempt.review_reason.clone()
+            && leased.attempt.provider_payment_id.is_none()
         {
             // A flagged row without a known object: sending again could charge twice.
-            let end = self.release_unchanged(leased, owner).await?;
+            let end = self.release_unchanged(leased.attempt, owner).await?;
             return Err(OrchestratorError::NeedsReview { attempt_id: end.id, reason });
         }
         let end = self.run_round(leased, owner).await?;
-        if let Some(error) = end.provider_error {
-            return Err(unfinished_error(&end.attempt, error.to_string()));
-        }
-        let changed = end.attempt.status != before_status
-            || end.attempt.provider_payment_id != before_provider_id;
-        let outcome = if changed { ChargeOutcome::Reconciled } else { ChargeOutcome::Duplicate };
-        Ok(ChargeReply { attempt: end.attempt, outcome })
+        let (attempt, writer) = answered(end)?;
+        let changed = attempt.status != before_status || attempt.provider_payment_id != before_provider_id;
+        let outcome = if changed && writer == RoundWriter::ThisRound {
+            ChargeOutcome::Reconciled
+        } else {
+            ChargeOutcome::Duplicate
+        };
+        Ok(ChargeReply { attempt, outcome })
     }
 
     /// Gives a lease back without a provider call.
-    async fn release_unchanged(
-        &self,
-        attempt: Attempt,
-        owner: crate::domain::LeaseOwner,
-    ) -> Result<Attempt, OrchestratorError> {
-        let now = self.clock.now();
+    async fn release_unchanged(&self, attempt: Attempt, owner: LeaseOwner) -> Result<Attempt, OrchestratorError> {
         let result = crate::store::RoundResult {
             status: attempt.status,
             provider_payment_id: None,
@@ -205,20 +204,48 @@ impl Orchestrator {
             next_action: None,
             review_reason: None,
             calls_made: 0,
-            next_check_at: attempt.next_check_at,
+            next_check_in: chrono_duration(self.settings.sweep.review_reminder),
             last_error: attempt.last_error.clone(),
+            create_replays_failure: false,
+            lookup_progress: None,
         };
-        let written = self.store.finish_round(attempt.id, owner, &result, now).await?;
+        let written = self.store.finish_round(attempt.id, owner, &result, self.caller_time()).await?;
         self.notifier.round_finished(attempt.id);
         Ok(written.unwrap_or(attempt))
     }
 }
 
-fn unfinished_error(attempt: &Attempt, reason: String) -> OrchestratorError {
+/// What a caller is told after a round: the row as it stands, never more than it says, and
+/// whether it stands as this round wrote it. A decided row is answered as decided, whoever
+/// decided it (a webhook, or the holder that took over a lease that ran out under this round);
+/// an undecided one is "retry".
+fn answered(end: super::RoundEnd) -> Result<(Attempt, RoundWriter), OrchestratorError> {
+    let writer = if end.lease_lost || end.provider_error.is_some() { RoundWriter::Other } else { RoundWriter::ThisRound };
+    if end.attempt.status.is_terminal() {
+        return Ok((end.attempt, writer));
+    }
+    if let Some(error) = end.provider_error {
+        return Err(unfinished_error(&end.attempt, error));
+    }
+    if end.lease_lost {
+        return Err(OrchestratorError::InProgress { attempt_id: end.attempt.id });
+    }
+    Ok((end.attempt, writer))
+}
+
+/// Who left the row as a caller is told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RoundWriter {
+    ThisRound,
+    Other,
+}
+
+fn unfinished_error(attempt: &Attempt, error: crate::provider::ProviderError) -> OrchestratorError {
     match &attempt.review_reason {
         Some(review) if attempt.provider_payment_id.is_none() => {
             OrchestratorError::NeedsReview { attempt_id: attempt.id, reason: review.clone() }
         }
-        _ => OrchestratorError::OutcomeUnknown { attempt_id: attempt.id, reason },
+        _ if attempt.create_replays_failure => OrchestratorError::ProviderReplaysFailure { attempt_id: attempt.id },
+        _ => OrchestratorError::OutcomeUnknown { attempt_id: attempt.id, reason: error.to_string() },
     }
 }

@@ -5,6 +5,7 @@
 mod charge;
 mod outcome_cache;
 mod queries;
+mod review;
 mod round;
 mod sweep;
 mod waiters;
@@ -42,8 +43,13 @@ pub struct OrchestratorSettings {
     pub recheck_backoff_base: Duration,
     pub recheck_backoff_max: Duration,
     pub requires_action_age_max: Duration,
-    /// Slack added around an attempt's key window when listing the provider's objects.
+    /// Slack added around the range in which an attempt's objects can have been created, when
+    /// listing the provider's objects.
     pub lookup_slack: Duration,
+    /// List pages one lookup round reads; a longer lookup resumes from the row's cursor.
+    pub lookup_pages_per_round: u32,
+    /// Where the customer returns after a redirect-based action; stored on each new row.
+    pub return_url: Option<String>,
     pub list_page_size_default: u32,
     pub list_page_size_max: u32,
     pub outcome_cache: OutcomeCacheSettings,
@@ -65,10 +71,18 @@ pub enum OrchestratorError {
     OutcomeUnknown { attempt_id: AttemptId, reason: String },
     #[error("attempt {attempt_id} is in progress in another call; retry shortly")]
     InProgress { attempt_id: AttemptId },
+    #[error(
+        "attempt {attempt_id} is pending: the provider replays a saved failure for its key, so \
+         the key is not sent again; the payment is being looked up by its metadata and the \
+         attempt completes by itself; it is safe to retry this call"
+    )]
+    ProviderReplaysFailure { attempt_id: AttemptId },
     #[error("attempt {attempt_id} needs review and was not sent again: {reason}")]
     NeedsReview { attempt_id: AttemptId, reason: String },
     #[error("no such attempt")]
     NotFound,
+    #[error("attempt {attempt_id} is not flagged for review, or is already decided")]
+    NotFlagged { attempt_id: AttemptId },
     #[error("invalid page token")]
     InvalidPageToken,
     #[error(transparent)]

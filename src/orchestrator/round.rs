@@ -3,16 +3,20 @@
 
 use std::time::Instant;
 
-use chrono::{DateTime, Utc};
+use chrono::Duration;
 use uuid::Uuid;
 
 use super::{Orchestrator, OrchestratorError, chrono_duration};
 use crate::domain::{
-    Attempt, AttemptStatus, Lease, LeaseOwner, LookupResolution, PaymentSnapshot, RecoveryStep,
-    Resolution, choose_recovery_step, resolve_lookup, resolve_snapshot,
+    Attempt, AttemptStatus, ClockReadings, LeaseOwner, ListProgress, LookupResolution,
+    PaymentSnapshot, RecoveryStep, Resolution, choose_recovery_step, lookup_created_range,
+    resolve_lookup, resolve_snapshot,
 };
-use crate::provider::{CreateOutcome, CreatePayment, CreatedRange, ProviderError};
-use crate::store::RoundResult;
+use crate::provider::{CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, ProviderError};
+use crate::store::{CallerTime, LeaseRequest, Leased, RoundResult};
+
+/// The provider's largest list page.
+const LIST_PAGE_SIZE: u32 = 100;
 
 /// What the provider told us in one round, before it is written.
 struct Observation {
@@ -29,6 +33,37 @@ impl Observation {
             resolution: resolve_snapshot(snapshot, &attempt.params),
         }
     }
+
+    fn failed(failure: crate::domain::Failure, provider_payment_id: Option<String>) -> Self {
+        Self {
+            provider_status: provider_payment_id.as_ref().map(|_| "requires_payment_method".to_owned()),
+            provider_payment_id,
+            resolution: Resolution {
+                status: AttemptStatus::Failed,
+                failure: Some(failure),
+                next_action: None,
+                review_reason: None,
+            },
+        }
+    }
+}
+
+/// Everything a round learned, including what it leaves for the next one.
+struct RoundObservation {
+    outcome: Result<Observation, ProviderError>,
+    calls_made: u32,
+    /// The provider replayed a saved failure for the key in this round.
+    create_replays_failure: bool,
+    /// Where a lookup's listing stands; `None` when the round listed nothing.
+    lookup_progress: Option<ListProgress>,
+    /// A lookup stopped at its page bound: the next round should follow at once.
+    lookup_unfinished: bool,
+}
+
+impl RoundObservation {
+    fn of_call(outcome: Result<Observation, ProviderError>) -> Self {
+        Self { outcome, calls_made: 1, create_replays_failure: false, lookup_progress: None, lookup_unfinished: false }
+    }
 }
 
 /// How a round ended, after its result was written.
@@ -38,37 +73,51 @@ pub struct RoundEnd {
     pub attempt: Attempt,
     /// Set when the provider's answer could not be used; the attempt stayed unfinished.
     pub provider_error: Option<ProviderError>,
+    /// The lease ran out under the round and another holder's write stands: `attempt` is what
+    /// they left, and this round's answer was not recorded.
+    pub lease_lost: bool,
 }
 
 impl Orchestrator {
-    pub(super) fn new_lease(&self, now: DateTime<Utc>) -> Lease {
-        Lease {
-            owner: LeaseOwner::from_uuid(Uuid::new_v4()),
-            expires_at: now + chrono_duration(self.settings.lease_duration),
+    pub(super) fn new_lease_owner(&self) -> LeaseOwner {
+        LeaseOwner::from_uuid(Uuid::new_v4())
+    }
+
+    pub(super) fn caller_time(&self) -> CallerTime {
+        CallerTime::of(self.clock.as_ref())
+    }
+
+    pub(super) fn lease_request(&self, owner: LeaseOwner) -> LeaseRequest {
+        LeaseRequest {
+            owner,
+            duration: chrono_duration(self.settings.lease_duration),
+            key_window_safe: self.settings.key_window.safe(),
+            time: self.caller_time(),
         }
     }
 
-    /// Runs the round `attempt`'s state calls for. The caller holds `attempt`'s lease as `owner`.
-    pub async fn run_round(&self, attempt: Attempt, owner: LeaseOwner) -> Result<RoundEnd, OrchestratorError> {
-        let now = self.clock.now();
+    /// Runs the round `leased`'s state calls for. The caller holds the lease as `owner`.
+    pub async fn run_round(&self, leased: Leased, owner: LeaseOwner) -> Result<RoundEnd, OrchestratorError> {
+        let Leased { attempt, database_now } = leased;
+        let readings = ClockReadings { process: self.clock.now(), database: database_now };
         let step = choose_recovery_step(
             &attempt,
-            now,
+            readings,
             self.settings.key_window,
             chrono_duration(self.settings.requires_action_age_max),
         );
         let Some(step) = step else {
-            return Ok(RoundEnd { attempt, provider_error: None });
+            return Ok(RoundEnd { attempt, provider_error: None, lease_lost: false });
         };
         let started = Instant::now();
-        let observed = self.observe(&attempt, &step).await;
+        let observed = self.observe(&attempt, &step, owner).await?;
         metrics::histogram!("chargeguard_provider_round_seconds", "step" => step_name(&step))
             .record(started.elapsed().as_secs_f64());
         crate::failpoints::crash_point("round.after_provider_call");
-        let now = self.clock.now();
-        let result = self.round_result(&attempt, &observed, now);
-        let written = self.store.finish_round(attempt.id, owner, &result, now).await?;
+        let result = self.round_result(&attempt, &observed);
+        let written = self.store.finish_round(attempt.id, owner, &result, self.caller_time()).await?;
         self.notifier.round_finished(attempt.id);
+        let lease_lost = written.is_none();
         let attempt = match written {
             Some(attempt) => attempt,
             // Our lease ran out and someone else took the row: what they wrote stands.
@@ -86,17 +135,30 @@ impl Orchestrator {
                 metrics::counter!("chargeguard_double_charges_found_total").increment(1);
             }
         }
-        Ok(RoundEnd { attempt, provider_error: observed.err() })
+        Ok(RoundEnd { attempt, provider_error: observed.outcome.err(), lease_lost })
     }
 
-    fn round_result(
-        &self,
-        attempt: &Attempt,
-        observed: &Result<Observation, ProviderError>,
-        now: DateTime<Utc>,
-    ) -> RoundResult {
-        let backoff = self.recheck_backoff(attempt.check_count);
-        match observed {
+    fn round_result(&self, attempt: &Attempt, observed: &RoundObservation) -> RoundResult {
+        // A lookup that stopped at its page bound goes on at once; anything else backs off.
+        let next_check_in = if observed.lookup_unfinished {
+            Duration::zero()
+        } else {
+            self.recheck_backoff(attempt.check_count)
+        };
+        let common = RoundResult {
+            status: attempt.status,
+            provider_payment_id: None,
+            provider_status: None,
+            failure: None,
+            next_action: None,
+            review_reason: None,
+            calls_made: observed.calls_made,
+            next_check_in,
+            last_error: None,
+            create_replays_failure: observed.create_replays_failure,
+            lookup_progress: observed.lookup_progress.clone(),
+        };
+        match &observed.outcome {
             Ok(observation) => RoundResult {
                 status: observation.resolution.status,
                 provider_payment_id: observation.provider_payment_id.clone(),
@@ -104,108 +166,222 @@ impl Orchestrator {
                 failure: observation.resolution.failure.clone(),
                 next_action: observation.resolution.next_action.clone(),
                 review_reason: observation.resolution.review_reason.clone(),
-                calls_made: 1,
-                next_check_at: now + backoff,
-                last_error: None,
+                ..common
             },
             Err(error) => RoundResult {
-                status: attempt.status,
-                provider_payment_id: None,
-                provider_status: None,
-                failure: None,
-                next_action: None,
+                // Only what the machine cannot decide goes to a person: the provider saying our
+                // key was used with other parameters. Transient trouble (5xx, timeouts, 429,
+                // resets) backs off and is tried again for as long as it lasts.
                 review_reason: match error {
                     ProviderError::KeyConflict(message) => {
                         Some(format!("the provider reports an idempotency key conflict: {message}"))
                     }
                     _ => None,
                 },
-                calls_made: 1,
-                next_check_at: now + backoff,
                 last_error: Some(error.to_string()),
+                ..common
             },
         }
     }
 
     /// Exponential: base, 2×base, 4×base, … up to the maximum; never sooner than the grace
     /// period, so recovery does not race a caller that is still retrying.
-    fn recheck_backoff(&self, check_count: u32) -> chrono::Duration {
+    fn recheck_backoff(&self, check_count: u32) -> Duration {
         let base = self.settings.recheck_backoff_base;
         let doubled = base.saturating_mul(1_u32 << check_count.min(20));
         chrono_duration(doubled.min(self.settings.recheck_backoff_max).max(self.settings.recovery_grace))
     }
 
-    async fn observe(&self, attempt: &Attempt, step: &RecoveryStep) -> Result<Observation, ProviderError> {
-        match step {
-            RecoveryStep::ResendCreate => {
-                let request = CreatePayment {
-                    attempt_id: attempt.id,
-                    consumer: &attempt.consumer,
-                    operation_key: &attempt.operation_key,
-                    params: &attempt.params,
-                    idempotency_key: &attempt.idempotency_key,
-                };
-                match self.provider.create_payment(request).await? {
-                    CreateOutcome::Payment(snapshot) => Ok(Observation::of_snapshot(&snapshot, attempt)),
-                    CreateOutcome::Declined { failure, provider_payment_id } => Ok(Observation {
-                        provider_status: provider_payment_id
-                            .as_ref()
-                            .map(|_| "requires_payment_method".to_owned()),
-                        provider_payment_id,
-                        resolution: failed(failure),
-                    }),
-                    CreateOutcome::Rejected { failure } => Ok(Observation {
-                        provider_payment_id: None,
-                        provider_status: None,
-                        resolution: failed(failure),
-                    }),
+    async fn observe(
+        &self,
+        attempt: &Attempt,
+        step: &RecoveryStep,
+        owner: LeaseOwner,
+    ) -> Result<RoundObservation, OrchestratorError> {
+        Ok(match step {
+            RecoveryStep::ResendCreate => match self.send_create(attempt).await {
+                // The provider will answer this key with the same failure for as long as it
+                // remembers it: stop sending it and look for what the first request did.
+                Err(ProviderError::ReplayedFailure(message)) => {
+                    tracing::warn!(attempt_id = %attempt.id, %message,
+                        "the provider replays a saved failure for this key; looking the payment up instead");
+                    metrics::counter!("chargeguard_replayed_failures_total").increment(1);
+                    let mut looked_up = self.look_up(attempt, owner, false).await?;
+                    looked_up.calls_made += 1;
+                    looked_up.create_replays_failure = true;
+                    if looked_up.outcome.is_err() {
+                        looked_up.outcome = Err(ProviderError::ReplayedFailure(message));
+                    }
+                    looked_up
                 }
-            }
-            RecoveryStep::Retrieve { provider_payment_id } => {
-                let snapshot = self.provider.retrieve_payment(provider_payment_id).await?;
-                Ok(Observation::of_snapshot(&snapshot, attempt))
-            }
+                outcome => RoundObservation::of_call(outcome),
+            },
+            RecoveryStep::Retrieve { provider_payment_id } => RoundObservation::of_call(
+                self.provider
+                    .retrieve_payment(provider_payment_id)
+                    .await
+                    .map(|snapshot| Observation::of_snapshot(&snapshot, attempt)),
+            ),
             RecoveryStep::Cancel { provider_payment_id } => {
                 // A cancel the provider refuses (the customer acted meanwhile) is not an
                 // outcome: read the object and adopt whatever it is now.
-                let snapshot = match self.provider.cancel_payment(provider_payment_id).await {
-                    Ok(snapshot) => snapshot,
-                    Err(_) => self.provider.retrieve_payment(provider_payment_id).await?,
+                let (snapshot, calls_made) = match self.provider.cancel_payment(provider_payment_id).await {
+                    Ok(snapshot) => (Ok(snapshot), 1),
+                    Err(_) => (self.provider.retrieve_payment(provider_payment_id).await, 2),
                 };
-                Ok(Observation::of_snapshot(&snapshot, attempt))
-            }
-            RecoveryStep::FindByMetadata => {
-                let slack = chrono_duration(self.settings.lookup_slack);
-                let created = CreatedRange {
-                    from: attempt.key_window_started_at - slack,
-                    to: attempt.key_window_started_at + self.settings.key_window.safe() + slack,
-                };
-                let found = self.provider.find_payments_for_attempt(attempt.id, created).await?;
-                match resolve_lookup(found) {
-                    LookupResolution::NothingCharged => Ok(Observation {
-                        provider_payment_id: None,
-                        provider_status: None,
-                        resolution: failed(crate::domain::Failure::expired()),
-                    }),
-                    LookupResolution::Adopt { snapshot, double_charge } => {
-                        let mut observation = Observation::of_snapshot(&snapshot, attempt);
-                        if double_charge.is_some() {
-                            observation.resolution.review_reason = double_charge;
-                        }
-                        Ok(observation)
-                    }
+                RoundObservation {
+                    calls_made,
+                    ..RoundObservation::of_call(snapshot.map(|snapshot| Observation::of_snapshot(&snapshot, attempt)))
                 }
             }
+            RecoveryStep::FindByMetadata { conclusive } => self.look_up(attempt, owner, *conclusive).await?,
+        })
+    }
+
+    async fn send_create(&self, attempt: &Attempt) -> Result<Observation, ProviderError> {
+        let request = CreatePayment {
+            attempt_id: attempt.id,
+            consumer: &attempt.consumer,
+            operation_key: &attempt.operation_key,
+            params: &attempt.params,
+            idempotency_key: &attempt.idempotency_key,
+            return_url: attempt.return_url.as_deref(),
+        };
+        Ok(match self.provider.create_payment(request).await? {
+            CreateOutcome::Payment(snapshot) => Observation::of_snapshot(&snapshot, attempt),
+            CreateOutcome::Declined { failure, provider_payment_id } => {
+                Observation::failed(failure, provider_payment_id)
+            }
+            CreateOutcome::Rejected { failure } => Observation::failed(failure, None),
+        })
+    }
+
+    /// Looks for the attempt's objects without its key: the provider's search first; when it
+    /// finds nothing or fails, the list endpoint over the range in which the attempt's creates
+    /// can have landed, from where the last round stopped, at most `lookup_pages_per_round`
+    /// pages, renewing the lease (and saving the position) between pages. Nothing found ends
+    /// the attempt only when `conclusive` and both search and a complete listing answered.
+    async fn look_up(
+        &self,
+        attempt: &Attempt,
+        owner: LeaseOwner,
+        conclusive: bool,
+    ) -> Result<RoundObservation, OrchestratorError> {
+        let mut calls_made = 1;
+        let searched = self.provider.search_payments_for_attempt(attempt.id).await;
+        let mut found = match &searched {
+            Ok(found) => found.clone(),
+            Err(error) => {
+                tracing::warn!(attempt_id = %attempt.id, %error, "search failed; listing instead");
+                Vec::new()
+            }
+        };
+        if !found.is_empty() {
+            return Ok(adopted(found, attempt, calls_made, attempt.lookup_progress.clone()));
         }
+        let (from, to) = lookup_created_range(
+            attempt,
+            self.settings.key_window,
+            chrono_duration(self.settings.lookup_slack),
+        );
+        let created = CreatedRange { from, to };
+        let belongs = |snapshot: &PaymentSnapshot| {
+            snapshot.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt.id.to_string())
+        };
+        let mut progress = match &attempt.lookup_progress {
+            ListProgress::Complete => ListProgress::NotStarted,
+            other => other.clone(),
+        };
+        for page_index in 0..self.settings.lookup_pages_per_round {
+            if page_index > 0 {
+                let lease = chrono_duration(self.settings.lease_duration);
+                let renewed =
+                    self.store.renew_lease(attempt.id, owner, lease, &progress, self.caller_time()).await?;
+                if !renewed {
+                    return Ok(RoundObservation {
+                        calls_made,
+                        lookup_progress: Some(progress),
+                        ..RoundObservation::of_call(Err(ProviderError::OutcomeUnknown(
+                            "the lease ran out during the lookup".to_owned(),
+                        )))
+                    });
+                }
+            }
+            calls_made += 1;
+            let page = match self.provider.list_payments(created, progress.cursor(), LIST_PAGE_SIZE).await {
+                Ok(page) => page,
+                Err(error) => {
+                    return Ok(RoundObservation {
+                        calls_made,
+                        lookup_progress: Some(progress),
+                        ..RoundObservation::of_call(Err(error))
+                    });
+                }
+            };
+            found.extend(page.payments.into_iter().filter(|snapshot| belongs(snapshot)));
+            progress = match page.next_cursor {
+                Some(cursor) => ListProgress::After(cursor),
+                None => ListProgress::Complete,
+            };
+            if !found.is_empty() {
+                return Ok(adopted(found, attempt, calls_made, ListProgress::NotStarted));
+            }
+            if progress == ListProgress::Complete {
+                break;
+            }
+        }
+        if progress != ListProgress::Complete {
+            metrics::counter!("chargeguard_lookup_rounds_continued_total").increment(1);
+            return Ok(RoundObservation {
+                calls_made,
+                lookup_progress: Some(progress),
+                lookup_unfinished: true,
+                ..RoundObservation::of_call(Err(ProviderError::OutcomeUnknown(format!(
+                    "lookup by metadata continues: {} list pages read this round",
+                    self.settings.lookup_pages_per_round
+                ))))
+            });
+        }
+        // The listing is complete and found nothing. Objects can still appear while some
+        // replica may send the key, so the next round lists again from the start.
+        let outcome = match (conclusive, searched) {
+            (true, Ok(_)) => Ok(Observation::failed(crate::domain::Failure::expired(), None)),
+            (true, Err(error)) => Err(ProviderError::OutcomeUnknown(format!(
+                "the list found nothing but search failed ({error}); both must answer before the attempt can expire"
+            ))),
+            (false, _) => Err(ProviderError::OutcomeUnknown(
+                "no payment found by metadata yet; the key is not sent again, and the attempt \
+                 expires only once its key window is over"
+                    .to_owned(),
+            )),
+        };
+        Ok(RoundObservation {
+            calls_made,
+            lookup_progress: Some(ListProgress::NotStarted),
+            ..RoundObservation::of_call(outcome)
+        })
     }
 }
 
-fn failed(failure: crate::domain::Failure) -> Resolution {
-    Resolution {
-        status: AttemptStatus::Failed,
-        failure: Some(failure),
-        next_action: None,
-        review_reason: None,
+/// Adopts what a lookup found. More than one object for one attempt is the double charge this
+/// product exists to prevent: it is adopted (the money moved) and flagged loudly.
+fn adopted(
+    found: Vec<PaymentSnapshot>,
+    attempt: &Attempt,
+    calls_made: u32,
+    progress: ListProgress,
+) -> RoundObservation {
+    let LookupResolution::Adopt { snapshot, double_charge } = resolve_lookup(found) else {
+        unreachable!("a non-empty lookup adopts an object")
+    };
+    let mut observation = Observation::of_snapshot(&snapshot, attempt);
+    if double_charge.is_some() {
+        observation.resolution.review_reason = double_charge;
+    }
+    RoundObservation {
+        calls_made,
+        lookup_progress: Some(progress),
+        ..RoundObservation::of_call(Ok(observation))
     }
 }
 
@@ -213,7 +389,7 @@ fn step_name(step: &RecoveryStep) -> &'static str {
     match step {
         RecoveryStep::ResendCreate => "create",
         RecoveryStep::Retrieve { .. } => "retrieve",
-        RecoveryStep::FindByMetadata => "find",
+        RecoveryStep::FindByMetadata { .. } => "find",
         RecoveryStep::Cancel { .. } => "cancel",
     }
 }

@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use super::{Orchestrator, OrchestratorError, chrono_duration};
 use crate::domain::{Attempt, AttemptStatus, LeaseOwner};
-use crate::store::RoundResult;
+use crate::store::{Leased, RoundResult};
 
 /// Bounds of one sweep pass.
 #[derive(Debug, Clone)]
@@ -25,8 +25,6 @@ pub struct SweepSettings {
     pub batch_max: u32,
     /// Rows in flight at once.
     pub concurrency_max: u32,
-    /// Rounds after which an unfinished row is flagged for review and no longer sent.
-    pub check_count_max: u32,
     /// How long a flagged row rests before the sweep looks at it (and logs it) again.
     pub review_reminder: Duration,
 }
@@ -66,40 +64,23 @@ impl std::fmt::Display for SweepOutcome {
     }
 }
 
-/// The start of the review reason the sweep writes when a row runs out of checks.
-const CHECKS_EXHAUSTED: &str = "unresolved after";
-
 /// What the sweep does with a claimed row, decided from the row alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Visit {
     /// One provider round; `round.rs` chooses which.
     Round,
     /// No provider call: leave the row to a person and rest it until the next reminder.
-    /// `new_reason` is written only when the row is flagged for the first time.
-    Park { reason: String, new_reason: Option<String> },
+    Park { reason: String },
 }
 
-fn plan_visit(attempt: &Attempt, check_count_max: u32) -> Visit {
-    if let (Some(reason), None) = (&attempt.review_reason, &attempt.provider_payment_id) {
-        // Flagged with no known provider object (a key conflict, or out of checks): the charge
-        // path refuses to send these again, and so does the sweep.
-        return Visit::Park { reason: reason.clone(), new_reason: None };
-    }
-    if attempt.check_count < check_count_max {
-        return Visit::Round;
-    }
-    match &attempt.review_reason {
-        Some(reason) if reason.starts_with(CHECKS_EXHAUSTED) => {
-            Visit::Park { reason: reason.clone(), new_reason: None }
-        }
-        _ => {
-            let reason = format!(
-                "{CHECKS_EXHAUSTED} {} provider checks; last error: {}",
-                attempt.check_count,
-                attempt.last_error.as_deref().unwrap_or("none")
-            );
-            Visit::Park { reason: reason.clone(), new_reason: Some(reason) }
-        }
+/// However many rounds a row has had, it gets another: an outage of any length ends with the
+/// row completed by the machine (SEMANTICS.md invariant 11), and the key window, not a round
+/// count, decides when a re-send stops. Only a row flagged with no known provider object (a
+/// key conflict) is left to a person — until `attempt recheck` clears it.
+fn plan_visit(attempt: &Attempt) -> Visit {
+    match (&attempt.review_reason, &attempt.provider_payment_id) {
+        (Some(reason), None) => Visit::Park { reason: reason.clone() },
+        _ => Visit::Round,
     }
 }
 
@@ -186,21 +167,21 @@ impl Orchestrator {
             {
                 break;
             }
-            let now = self.clock.now();
-            let lease = self.new_lease(now);
-            let attempt = match self.store.claim_due(lease, now, 1).await {
+            let owner = self.new_lease_owner();
+            let leased = match self.store.claim_due(self.lease_request(owner), 1).await {
                 Ok(rows) => match rows.into_iter().next() {
-                    Some(attempt) => attempt,
+                    Some(leased) => leased,
                     None => break,
                 },
                 Err(error) => return (outcome, Some(error.into())),
             };
+            let attempt = &leased.attempt;
             outcome.claimed += 1;
             metrics::counter!("chargeguard_sweep_rows_claimed_total").increment(1);
             let span = tracing::info_span!("sweep_row", attempt_id = %attempt.id,
                 operation_key = %attempt.operation_key, check_count = attempt.check_count);
             let attempt_id = attempt.id;
-            let result = match self.visit(attempt, lease.owner).instrument(span).await {
+            let result = match self.visit(leased, owner).instrument(span).await {
                 Ok(RowEnd::Status { status, flagged }) => {
                     outcome.flagged += u32::from(flagged);
                     match status {
@@ -235,15 +216,11 @@ impl Orchestrator {
         (outcome, None)
     }
 
-    async fn visit(
-        &self,
-        attempt: Attempt,
-        owner: LeaseOwner,
-    ) -> Result<RowEnd, OrchestratorError> {
-        match plan_visit(&attempt, self.settings.sweep.check_count_max) {
+    async fn visit(&self, leased: Leased, owner: LeaseOwner) -> Result<RowEnd, OrchestratorError> {
+        match plan_visit(&leased.attempt) {
             Visit::Round => {
-                let review_before = attempt.review_reason.clone();
-                let end = self.run_round(attempt, owner).await?;
+                let review_before = leased.attempt.review_reason.clone();
+                let end = self.run_round(leased, owner).await?;
                 if let Some(error) = &end.provider_error {
                     tracing::warn!(%error, next_check_at = %end.attempt.next_check_at,
                         "provider answer unusable; the row backs off");
@@ -252,27 +229,26 @@ impl Orchestrator {
                     && end.attempt.review_reason != review_before;
                 Ok(RowEnd::Status { status: end.attempt.status, flagged })
             }
-            Visit::Park { reason, new_reason } => {
-                let now = self.clock.now();
-                let next_check_at = now + chrono_duration(self.settings.sweep.review_reminder);
-                if new_reason.is_some() {
-                    metrics::counter!("chargeguard_attempts_flagged_total").increment(1);
-                    metrics::counter!("chargeguard_sweep_checks_exhausted_total").increment(1);
-                }
-                tracing::error!(reason = %reason, %next_check_at,
-                    "attempt needs review; the sweep will not send it to the provider again");
+            Visit::Park { reason } => {
+                let attempt = leased.attempt;
+                let rest = chrono_duration(self.settings.sweep.review_reminder);
+                tracing::error!(reason = %reason, rest_seconds = rest.num_seconds(),
+                    "attempt needs review; the sweep will not send it to the provider again \
+                     until an operator runs `chargeguard attempt recheck`");
                 let result = RoundResult {
                     status: attempt.status,
                     provider_payment_id: None,
                     provider_status: None,
                     failure: None,
                     next_action: None,
-                    review_reason: new_reason,
+                    review_reason: None,
                     calls_made: 0,
-                    next_check_at,
+                    next_check_in: rest,
                     last_error: attempt.last_error.clone(),
+                    create_replays_failure: false,
+                    lookup_progress: None,
                 };
-                self.store.finish_round(attempt.id, owner, &result, now).await?;
+                self.store.finish_round(attempt.id, owner, &result, self.caller_time()).await?;
                 self.notifier.round_finished(attempt.id);
                 Ok(RowEnd::Parked)
             }
@@ -308,28 +284,16 @@ mod tests {
     }
 
     #[test]
-    fn rows_below_the_check_bound_get_a_round() {
-        assert_eq!(plan_visit(&attempt(0), 3), Visit::Round);
-        assert_eq!(plan_visit(&attempt(2), 3), Visit::Round);
-    }
-
-    #[test]
-    fn a_row_out_of_checks_is_flagged_once_with_its_last_error() {
-        let Visit::Park { reason, new_reason } = plan_visit(&attempt(3), 3) else { panic!() };
-        assert_eq!(new_reason.as_deref(), Some(reason.as_str()));
-        assert!(reason.contains("3 provider checks") && reason.contains("500"), "{reason}");
-
-        let mut flagged = attempt(4);
-        flagged.review_reason = Some(reason.clone());
-        flagged.provider_payment_id = Some("pi_1".into());
-        assert_eq!(plan_visit(&flagged, 3), Visit::Park { reason, new_reason: None });
+    fn a_row_gets_a_round_however_many_it_had() {
+        assert_eq!(plan_visit(&attempt(0)), Visit::Round);
+        assert_eq!(plan_visit(&attempt(10_000)), Visit::Round);
     }
 
     #[test]
     fn a_flagged_row_without_a_provider_object_is_never_sent_again() {
         let mut conflict = attempt(0);
         conflict.review_reason = Some("the provider reports an idempotency key conflict".into());
-        assert!(matches!(plan_visit(&conflict, 3), Visit::Park { new_reason: None, .. }));
+        assert!(matches!(plan_visit(&conflict), Visit::Park { .. }));
     }
 
     #[test]
@@ -337,7 +301,7 @@ mod tests {
         let mut unexpected = attempt(1);
         unexpected.review_reason = Some("provider object pi_1 is in unexpected status".into());
         unexpected.provider_payment_id = Some("pi_1".into());
-        assert_eq!(plan_visit(&unexpected, 3), Visit::Round);
+        assert_eq!(plan_visit(&unexpected), Visit::Round);
     }
 
     #[test]

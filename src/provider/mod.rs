@@ -26,6 +26,8 @@ pub struct CreatePayment<'a> {
     pub operation_key: &'a OperationKey,
     pub params: &'a ChargeParams,
     pub idempotency_key: &'a IdempotencyKey,
+    /// As stored on the attempt when it was written: a re-send under the key sends the same.
+    pub return_url: Option<&'a str>,
 }
 
 /// A create that the provider decided. Every case is terminal or a known provider state.
@@ -47,6 +49,11 @@ pub enum ProviderError {
     /// a key still in use, an unreadable answer. The attempt must stay pending.
     #[error("outcome unknown: {0}")]
     OutcomeUnknown(String),
+    /// The provider saved a failed answer (a 5xx) for this key once execution began and
+    /// replays it (`Idempotent-Replayed: true`): it will never answer this key differently, so
+    /// sending it again is pointless; what the first request did must be looked up.
+    #[error("the provider replays a saved failure for this key: {0}")]
+    ReplayedFailure(String),
     /// Certainly not executed, but not a business outcome either (auth, rate limit): retry later.
     #[error("not executed: {0}")]
     NotExecuted(String),
@@ -94,12 +101,12 @@ pub trait PaymentProvider: Send + Sync + 'static {
 
     async fn cancel_payment(&self, provider_payment_id: &str) -> Result<PaymentSnapshot, ProviderError>;
 
-    /// Every object carrying the attempt's id in its metadata: search first, then the list
-    /// endpoint over `created` (search lags; lists do not). Bounded in pages.
-    async fn find_payments_for_attempt(
+    /// The objects the provider's search finds carrying the attempt's id in its metadata. One
+    /// call. Search lags behind writes (up to an hour in outages): finding nothing proves
+    /// nothing until the list endpoint, which does not lag, agrees.
+    async fn search_payments_for_attempt(
         &self,
         attempt_id: AttemptId,
-        created: CreatedRange,
     ) -> Result<Vec<PaymentSnapshot>, ProviderError>;
 
     async fn list_payments(

@@ -1,4 +1,4 @@
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -33,10 +33,6 @@ pub struct StripeProviderConfig {
     pub call_timeout: Duration,
     /// Idle connections kept open to the provider.
     pub idle_connections_max: usize,
-    /// Bound on list pages read when looking for an attempt's objects without its key.
-    pub lookup_pages_max: u32,
-    /// Where the customer returns after a redirect-based action, if the integration has one.
-    pub return_url: Option<String>,
 }
 
 impl StripeProviderConfig {
@@ -51,8 +47,6 @@ impl StripeProviderConfig {
             base_url: config.base_url.clone(),
             call_timeout: Duration::from_millis(config.call_timeout_ms),
             idle_connections_max: config.idle_connections_max,
-            lookup_pages_max: config.lookup_pages_max,
-            return_url: config.return_url.clone(),
         })
     }
 }
@@ -99,8 +93,8 @@ impl PaymentProvider for StripeProvider {
         if let Some(description) = &request.params.description {
             create = create.description(description.as_str());
         }
-        if let Some(return_url) = &self.config.return_url {
-            create = create.return_url(return_url.as_str());
+        if let Some(return_url) = request.return_url {
+            create = create.return_url(return_url);
         }
         let key = stripe::IdempotencyKey::new(request.idempotency_key.as_str())
             .map_err(|error| ProviderError::NotExecuted(format!("idempotency key: {error}")))?;
@@ -131,46 +125,24 @@ impl PaymentProvider for StripeProvider {
             .map_err(classify_read_error)
     }
 
-    async fn find_payments_for_attempt(
+    async fn search_payments_for_attempt(
         &self,
         attempt_id: AttemptId,
-        created: CreatedRange,
     ) -> Result<Vec<PaymentSnapshot>, ProviderError> {
         let attempt = attempt_id.to_string();
-        let belongs = |intent: &PaymentIntent| {
-            intent.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt)
-        };
         let query = format!("metadata['{METADATA_ATTEMPT_ID}']:'{attempt}'");
         let searched = SearchPaymentIntent::new(query)
             .limit(i64::from(PAGE_SIZE_MAX))
             .send(&self.client)
             .await
             .map_err(classify_read_error)?;
-        let mut found: BTreeMap<String, PaymentSnapshot> = searched
+        // The query names the attempt; the filter keeps a search index's loose match honest.
+        Ok(searched
             .data
             .iter()
-            .filter(|intent| belongs(intent))
-            .map(|intent| (intent.id.to_string(), snapshot(intent)))
-            .collect();
-        // Search lags behind writes (up to an hour in outages); the list endpoint does not.
-        // Both are read, because missing an object here would mean failing a charged attempt.
-        let mut cursor: Option<String> = None;
-        for _ in 0..self.config.lookup_pages_max {
-            let page = self.list_payments(created, cursor.as_deref(), PAGE_SIZE_MAX).await?;
-            for payment in page.payments {
-                if payment.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt) {
-                    found.insert(payment.id.clone(), payment);
-                }
-            }
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => return Ok(found.into_values().collect()),
-            }
-        }
-        Err(ProviderError::OutcomeUnknown(format!(
-            "more than {} list pages in the attempt's created range; raise lookup_pages_max",
-            self.config.lookup_pages_max
-        )))
+            .filter(|intent| intent.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt))
+            .map(snapshot)
+            .collect())
     }
 
     async fn list_payments(

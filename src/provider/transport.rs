@@ -155,8 +155,6 @@ mod tests {
             base_url: Some(base_url.to_owned()),
             call_timeout: Duration::from_millis(200),
             idle_connections_max: 4,
-            lookup_pages_max: 1,
-            return_url: None,
         }
     }
 

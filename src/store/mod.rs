@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::{
     Attempt, AttemptId, AttemptStatus, ChargeParams, ConsumerName, Failure, Fingerprint,
-    IdempotencyKey, Lease, LeaseOwner, NextAction, OperationKey,
+    IdempotencyKey, LeaseOwner, ListProgress, NextAction, OperationKey,
 };
 
 pub use inbox::InboxStore;
@@ -37,6 +37,34 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// The caller's side of time for one statement. The statement reads the database's clock
+/// itself: leases and due times are counted on the database's clock alone (one clock for every
+/// replica, so a skewed replica can neither keep a lease nor steal a live one), and a key
+/// window starts at the earlier of the two readings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallerTime {
+    /// The calling process's clock.
+    pub now: DateTime<Utc>,
+    /// Added to the database's reading: zero in the service. Tests that move the whole
+    /// system's time at once (the process's, the simulator's and so the database's:
+    /// `clock::OffsetClock`) set it; skew between clocks is tested with real clocks instead.
+    pub shift: chrono::Duration,
+}
+
+impl CallerTime {
+    pub fn of(clock: &dyn crate::clock::Clock) -> Self {
+        Self { now: clock.now(), shift: clock.shift() }
+    }
+
+    pub(crate) fn shift_micros(self) -> i64 {
+        self.shift.num_microseconds().unwrap_or(i64::MAX)
+    }
+}
+
+pub(crate) fn micros_of(duration: chrono::Duration) -> i64 {
+    duration.num_microseconds().unwrap_or(i64::MAX)
+}
+
 /// A pending attempt about to be committed. Its first lease belongs to the caller that inserts
 /// it, so that the insert and the claim to call the provider are one statement.
 #[derive(Debug, Clone)]
@@ -49,17 +77,41 @@ pub struct NewAttempt {
     pub provider: &'static str,
     pub idempotency_key: IdempotencyKey,
     pub generation: u32,
-    pub lease: Lease,
-    /// When recovery should first look at the row if nobody finishes it.
-    pub next_check_at: DateTime<Utc>,
-    pub now: DateTime<Utc>,
+    /// Sent with every create under the key; stored so that a re-send sends the same.
+    pub return_url: Option<String>,
+    pub lease_owner: LeaseOwner,
+    /// Counted from when the row is written, on the database's clock.
+    pub lease_duration: chrono::Duration,
+    /// How long after the write recovery first looks at the row if nobody finishes it.
+    pub recovery_grace: chrono::Duration,
+    pub time: CallerTime,
+}
+
+/// A row whose lease the caller now holds, with the database's clock as the statement that
+/// took the lease read it: the second reading every time-dependent decision uses.
+#[derive(Debug, Clone)]
+pub struct Leased {
+    pub attempt: Attempt,
+    pub database_now: DateTime<Utc>,
 }
 
 #[derive(Debug)]
 pub enum InsertOutcome {
+    /// The row as written; its `updated_at` is the database's reading at the write.
     Inserted(Attempt),
     /// Another call already recorded this operation; its row, untouched.
     Existing(Attempt),
+}
+
+/// How a lease is asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRequest {
+    pub owner: LeaseOwner,
+    pub duration: chrono::Duration,
+    /// The key window's safe length: a lease taken while the key is younger than this (on the
+    /// database's clock) may be used for a create, so its end extends `create_sent_until`.
+    pub key_window_safe: chrono::Duration,
+    pub time: CallerTime,
 }
 
 /// After an insert that did nothing: the row that won. The conflict was on the operation (or,
@@ -86,11 +138,17 @@ pub struct RoundResult {
     pub failure: Option<Failure>,
     pub next_action: Option<NextAction>,
     /// Overwrites the review reason only when set.
+    /// Added to the reasons already on the row (never replacing one), when set.
     pub review_reason: Option<String>,
     pub calls_made: u32,
-    /// For a row that stays unfinished: when recovery looks again.
-    pub next_check_at: DateTime<Utc>,
+    /// For a row that stays unfinished: how long after this write (database time) recovery
+    /// looks again.
+    pub next_check_in: chrono::Duration,
     pub last_error: Option<String>,
+    /// The provider replayed a saved failure for the key: sticky once set.
+    pub create_replays_failure: bool,
+    /// Where a lookup's listing stands after this round; `None` leaves it as it is.
+    pub lookup_progress: Option<ListProgress>,
 }
 
 /// Which attempts a list returns.
@@ -126,13 +184,24 @@ pub trait AttemptStore: Send + Sync + 'static {
         id: AttemptId,
     ) -> Result<Option<Attempt>, StoreError>;
 
-    /// Takes the lease on an unfinished row whose lease is free or expired at `now`.
+    /// Takes the lease on an unfinished row whose lease is free or expired on the database's
+    /// clock.
     async fn acquire_lease(
         &self,
         id: AttemptId,
-        lease: Lease,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Attempt>, StoreError>;
+        lease: LeaseRequest,
+    ) -> Result<Option<Leased>, StoreError>;
+
+    /// Extends a lease `owner` still holds by `duration` from now (database time) and saves a
+    /// lookup's progress with it; `false` when the lease was lost.
+    async fn renew_lease(
+        &self,
+        id: AttemptId,
+        owner: LeaseOwner,
+        duration: chrono::Duration,
+        lookup_progress: &ListProgress,
+        time: CallerTime,
+    ) -> Result<bool, StoreError>;
 
     /// Writes a round's result and releases the lease, only while `owner` holds it. The status
     /// moves only forward (the guard is the database's, not the caller's belief). Returns the
@@ -142,7 +211,16 @@ pub trait AttemptStore: Send + Sync + 'static {
         id: AttemptId,
         owner: LeaseOwner,
         result: &RoundResult,
-        now: DateTime<Utc>,
+        time: CallerTime,
+    ) -> Result<Option<Attempt>, StoreError>;
+
+    /// An operator's re-check of a row flagged for review: the reason moves to the row's
+    /// history, the flag is cleared and the row is due at once. Only unfinished, flagged rows;
+    /// `None` otherwise.
+    async fn clear_review(
+        &self,
+        id: AttemptId,
+        time: CallerTime,
     ) -> Result<Option<Attempt>, StoreError>;
 
     async fn list(
@@ -153,14 +231,14 @@ pub trait AttemptStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<Attempt>, StoreError>;
 
-    /// Claims up to `batch_max` unfinished rows due for a check at `now` whose leases are free,
-    /// leasing each to `lease.owner`. Concurrent claimers never get the same row.
+    /// Claims up to `batch_max` unfinished rows due for a check whose leases are free (both on
+    /// the database's clock), leasing each to `lease.owner`. Concurrent claimers never get the
+    /// same row.
     async fn claim_due(
         &self,
-        lease: Lease,
-        now: DateTime<Utc>,
+        lease: LeaseRequest,
         batch_max: u32,
-    ) -> Result<Vec<Attempt>, StoreError>;
+    ) -> Result<Vec<Leased>, StoreError>;
 
     /// When the oldest unfinished (pending or requires_action) attempt was created, if any: the
     /// sweep's "oldest unfinished age" gauge.

@@ -7,14 +7,14 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, Row};
 use uuid::Uuid;
 
-use super::row::{AttemptColumns, ColumnError, attempt_from_row, optional_attempt};
+use super::row::{AttemptColumns, ColumnError, attempt_from_row, encode_progress, optional_attempt};
 use super::{
-    AttemptStore, InsertOutcome, ListCursor, ListFilter, NewAttempt, RoundResult, StoreError,
-    conflict_winner,
+    AttemptStore, CallerTime, InsertOutcome, LeaseRequest, Leased, ListCursor, ListFilter,
+    NewAttempt, RoundResult, StoreError, conflict_winner, micros_of,
 };
 use crate::domain::{
-    Attempt, AttemptId, AttemptStatus, ConsumerName, CustomerId, Description, Lease, LeaseOwner,
-    OperationKey,
+    Attempt, AttemptId, AttemptStatus, ConsumerName, CustomerId, Description, LeaseOwner,
+    ListProgress, OperationKey,
 };
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -88,17 +88,40 @@ pub(super) fn status_names(statuses: &[AttemptStatus]) -> Vec<String> {
 
 const UNFINISHED: [&str; 2] = ["pending", "requires_action"];
 
+/// The SET of a statement that takes a lease: $2 owner, $4 duration and $5 the key window's
+/// safe length in microseconds, `clock.database_now` the statement's reading. A lease taken
+/// while the key is young enough to be sent extends the range in which a create can have
+/// reached the provider.
+const LEASE_SET: &str = "lease_owner = $2,
+                lease_expires_at = clock.database_now + $4 * interval '1 microsecond',
+                create_sent_until = CASE
+                    WHEN clock.database_now - key_window_started_at
+                         < $5 * interval '1 microsecond'
+                    THEN GREATEST(create_sent_until,
+                                  clock.database_now + $4 * interval '1 microsecond')
+                    ELSE create_sent_until END";
+
+fn leased_from_row(row: &PgRow) -> Result<Leased, StoreError> {
+    let attempt = attempt_from_row(row)?;
+    let database_now = row
+        .try_get("database_now")
+        .map_err(|error| StoreError::Corrupt(format!("database_now: {error}")))?;
+    Ok(Leased { attempt, database_now })
+}
+
 #[async_trait]
 impl AttemptStore for PostgresStore {
     async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
         let metadata = serde_json::to_value(new.params.metadata.entries())
             .map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        // One round trip for both outcomes (migration 20261202000005): the row that holds the
-        // operation, or else the new pending row. A duplicate, the common repeated call, costs one
-        // indexed read; the insert is not even started when the row is there.
+        // One round trip for both outcomes (migrations 20261202000005, 20261203000001): the row
+        // that holds the operation, or else the new pending row. A duplicate, the common
+        // repeated call, costs one indexed read; the insert is not even started when the row is
+        // there. The function reads the database's clock for the key window, lease and check.
         let row = sqlx::query(
             "SELECT * FROM insert_pending_attempt(
-                $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                $19)",
         )
         .bind(new.id.as_uuid())
         .bind(new.consumer.as_str())
@@ -113,10 +136,12 @@ impl AttemptStore for PostgresStore {
         .bind(new.provider)
         .bind(new.idempotency_key.as_str())
         .bind(new.generation as i32)
-        .bind(new.now)
-        .bind(new.lease.owner.as_uuid())
-        .bind(new.lease.expires_at)
-        .bind(new.next_check_at)
+        .bind(new.time.now)
+        .bind(new.time.shift_micros())
+        .bind(new.lease_owner.as_uuid())
+        .bind(micros_of(new.lease_duration))
+        .bind(micros_of(new.recovery_grace))
+        .bind(new.return_url.as_deref())
         .fetch_optional(&self.pool)
         .await
         .map_err(unavailable)?;
@@ -164,25 +189,54 @@ impl AttemptStore for PostgresStore {
     async fn acquire_lease(
         &self,
         id: AttemptId,
-        lease: Lease,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Attempt>, StoreError> {
-        sqlx::query(
-            "UPDATE payment_attempts
-             SET lease_owner = $2, lease_expires_at = $3, updated_at = $4
-             WHERE id = $1 AND status = ANY($5)
-               AND (lease_expires_at IS NULL OR lease_expires_at <= $4)
-             RETURNING *",
-        )
+        lease: LeaseRequest,
+    ) -> Result<Option<Leased>, StoreError> {
+        // updated_at is left alone: it records the row's last change, and a clock reading
+        // earlier than it is how a decision notices a clock that went back.
+        sqlx::query(&format!(
+            "WITH clock AS (SELECT now() + $3 * interval '1 microsecond' AS database_now)
+             UPDATE payment_attempts SET {LEASE_SET}
+             FROM clock
+             WHERE id = $1 AND status = ANY($6)
+               AND (lease_expires_at IS NULL OR lease_expires_at <= clock.database_now)
+             RETURNING payment_attempts.*, clock.database_now"
+        ))
         .bind(id.as_uuid())
         .bind(lease.owner.as_uuid())
-        .bind(lease.expires_at)
-        .bind(now)
+        .bind(lease.time.shift_micros())
+        .bind(micros_of(lease.duration))
+        .bind(micros_of(lease.key_window_safe))
         .bind(&UNFINISHED[..])
         .fetch_optional(&self.pool)
         .await
-        .map_err(unavailable)
-        .and_then(optional_attempt)
+        .map_err(unavailable)?
+        .map(|row| leased_from_row(&row))
+        .transpose()
+    }
+
+    async fn renew_lease(
+        &self,
+        id: AttemptId,
+        owner: LeaseOwner,
+        duration: chrono::Duration,
+        lookup_progress: &ListProgress,
+        time: CallerTime,
+    ) -> Result<bool, StoreError> {
+        let renewed = sqlx::query(
+            "UPDATE payment_attempts
+             SET lease_expires_at = now() + ($3 + $4) * interval '1 microsecond',
+                 lookup_cursor = $5
+             WHERE id = $1 AND lease_owner = $2",
+        )
+        .bind(id.as_uuid())
+        .bind(owner.as_uuid())
+        .bind(time.shift_micros())
+        .bind(micros_of(duration))
+        .bind(encode_progress(lookup_progress))
+        .execute(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(renewed.rows_affected() == 1)
     }
 
     async fn finish_round(
@@ -190,7 +244,7 @@ impl AttemptStore for PostgresStore {
         id: AttemptId,
         owner: LeaseOwner,
         result: &RoundResult,
-        now: DateTime<Utc>,
+        time: CallerTime,
     ) -> Result<Option<Attempt>, StoreError> {
         // In SET, `status` is the row's value before this update, so each CASE asks whether the
         // move is allowed from the state the row really is in.
@@ -202,16 +256,24 @@ impl AttemptStore for PostgresStore {
                 next_action_url = CASE WHEN status = ANY($3) THEN $9 ELSE next_action_url END,
                 provider_status = CASE WHEN status = ANY($12) THEN COALESCE($5, provider_status)
                                        ELSE provider_status END,
+                action_started_at = CASE WHEN status = ANY($3) AND $2 = 'requires_action'
+                                         THEN now() + $15 * interval '1 microsecond'
+                                         ELSE action_started_at END,
                 status = CASE WHEN status = ANY($3) THEN $2 ELSE status END,
                 provider_payment_id = COALESCE(provider_payment_id, $4),
-                review_reason = COALESCE($10, review_reason),
+                review_reason = CASE WHEN $10::text IS NULL THEN review_reason
+                                     WHEN review_reason IS NULL THEN $10
+                                     WHEN strpos(review_reason, $10) > 0 THEN review_reason
+                                     ELSE review_reason || '; ' || $10 END,
                 provider_calls = provider_calls + $11,
                 check_count = check_count + 1,
-                next_check_at = $13,
+                next_check_at = now() + ($15 + $13) * interval '1 microsecond',
                 last_error = $14,
+                create_replays_failure = create_replays_failure OR $17,
+                lookup_cursor = CASE WHEN $18 THEN $19 ELSE lookup_cursor END,
                 lease_owner = NULL,
                 lease_expires_at = NULL,
-                updated_at = $15
+                updated_at = now() + $15 * interval '1 microsecond'
              WHERE id = $1 AND lease_owner = $16
              RETURNING *",
         )
@@ -227,10 +289,37 @@ impl AttemptStore for PostgresStore {
         .bind(result.review_reason.as_deref())
         .bind(result.calls_made as i32)
         .bind(&UNFINISHED[..])
-        .bind(result.next_check_at)
+        .bind(micros_of(result.next_check_in))
         .bind(result.last_error.as_deref())
-        .bind(now)
+        .bind(time.shift_micros())
         .bind(owner.as_uuid())
+        .bind(result.create_replays_failure)
+        .bind(result.lookup_progress.is_some())
+        .bind(result.lookup_progress.as_ref().and_then(encode_progress))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)
+        .and_then(optional_attempt)
+    }
+
+    async fn clear_review(
+        &self,
+        id: AttemptId,
+        time: CallerTime,
+    ) -> Result<Option<Attempt>, StoreError> {
+        sqlx::query(
+            "UPDATE payment_attempts SET
+                review_history = CASE WHEN review_history IS NULL THEN review_reason
+                                      ELSE review_history || '; ' || review_reason END,
+                review_reason = NULL,
+                next_check_at = now() + $2 * interval '1 microsecond',
+                updated_at = now() + $2 * interval '1 microsecond'
+             WHERE id = $1 AND status = ANY($3) AND review_reason IS NOT NULL
+             RETURNING *",
+        )
+        .bind(id.as_uuid())
+        .bind(time.shift_micros())
+        .bind(&UNFINISHED[..])
         .fetch_optional(&self.pool)
         .await
         .map_err(unavailable)
@@ -269,32 +358,34 @@ impl AttemptStore for PostgresStore {
 
     async fn claim_due(
         &self,
-        lease: Lease,
-        now: DateTime<Utc>,
+        lease: LeaseRequest,
         batch_max: u32,
-    ) -> Result<Vec<Attempt>, StoreError> {
+    ) -> Result<Vec<Leased>, StoreError> {
         // SKIP LOCKED: concurrent sweepers each take different rows instead of queueing on the
         // same ones; the lease then keeps the row theirs after this statement commits.
-        let rows = sqlx::query(
-            "UPDATE payment_attempts SET lease_owner = $1, lease_expires_at = $2, updated_at = $3
+        let rows = sqlx::query(&format!(
+            "WITH clock AS (SELECT now() + $3 * interval '1 microsecond' AS database_now)
+             UPDATE payment_attempts SET {LEASE_SET}
+             FROM clock
              WHERE id IN (
-                SELECT id FROM payment_attempts
-                WHERE status = ANY($4) AND next_check_at <= $3
-                  AND (lease_expires_at IS NULL OR lease_expires_at <= $3)
+                SELECT id FROM payment_attempts, clock
+                WHERE status = ANY($6) AND next_check_at <= clock.database_now
+                  AND (lease_expires_at IS NULL OR lease_expires_at <= clock.database_now)
                 ORDER BY next_check_at
-                LIMIT $5
-                FOR UPDATE SKIP LOCKED)
-             RETURNING *",
-        )
-        .bind(lease.owner.as_uuid())
-        .bind(lease.expires_at)
-        .bind(now)
-        .bind(&UNFINISHED[..])
+                LIMIT $1
+                FOR UPDATE OF payment_attempts SKIP LOCKED)
+             RETURNING payment_attempts.*, clock.database_now"
+        ))
         .bind(i64::from(batch_max))
+        .bind(lease.owner.as_uuid())
+        .bind(lease.time.shift_micros())
+        .bind(micros_of(lease.duration))
+        .bind(micros_of(lease.key_window_safe))
+        .bind(&UNFINISHED[..])
         .fetch_all(&self.pool)
         .await
         .map_err(unavailable)?;
-        rows.iter().map(attempt_from_row).collect()
+        rows.iter().map(leased_from_row).collect()
     }
 
     async fn oldest_unfinished_created_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -335,6 +426,10 @@ impl AttemptColumns for PgRow {
 
     fn count(&self, column: &str) -> Result<i64, ColumnError> {
         Ok(i64::from(self.try_get::<i32, _>(column)?))
+    }
+
+    fn flag(&self, column: &str) -> Result<bool, ColumnError> {
+        Ok(self.try_get(column)?)
     }
 
     fn amount_minor(&self) -> Result<i64, ColumnError> {

@@ -12,8 +12,32 @@ use super::StoreError;
 use crate::domain::{
     Attempt, AttemptId, AttemptKind, AttemptStatus, ChargeParams, ConsumerName, Currency,
     CustomerId, Description, Failure, Fingerprint, IdempotencyKey, Lease, LeaseOwner, Metadata,
-    NextAction, OperationKey, PaymentMethodId,
+    ListProgress, NextAction, OperationKey, PaymentMethodId,
 };
+
+const PROGRESS_AFTER: &str = "after:";
+const PROGRESS_COMPLETE: &str = "complete";
+
+/// `lookup_cursor` as stored: NULL before a listing started.
+pub(super) fn encode_progress(progress: &ListProgress) -> Option<String> {
+    match progress {
+        ListProgress::NotStarted => None,
+        ListProgress::After(cursor) => Some(format!("{PROGRESS_AFTER}{cursor}")),
+        ListProgress::Complete => Some(PROGRESS_COMPLETE.to_owned()),
+    }
+}
+
+fn decode_progress(stored: Option<String>) -> Result<ListProgress, String> {
+    match stored.as_deref() {
+        None => Ok(ListProgress::NotStarted),
+        Some(PROGRESS_COMPLETE) => Ok(ListProgress::Complete),
+        Some(value) => value
+            .strip_prefix(PROGRESS_AFTER)
+            .filter(|cursor| !cursor.is_empty())
+            .map(|cursor| ListProgress::After(cursor.to_owned()))
+            .ok_or_else(|| format!("unreadable lookup_cursor {value:?}")),
+    }
+}
 
 pub(super) type ColumnError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -24,6 +48,7 @@ pub(super) trait AttemptColumns {
     fn time(&self, column: &str) -> Result<Option<DateTime<Utc>>, ColumnError>;
     /// A non-negative counter (`generation`, `provider_calls`, `check_count`).
     fn count(&self, column: &str) -> Result<i64, ColumnError>;
+    fn flag(&self, column: &str) -> Result<bool, ColumnError>;
     fn amount_minor(&self) -> Result<i64, ColumnError>;
     fn metadata(&self) -> Result<BTreeMap<String, String>, ColumnError>;
 }
@@ -114,8 +139,17 @@ pub(super) fn attempt_from_row(row: &impl AttemptColumns) -> Result<Attempt, Sto
         failure,
         next_action,
         review_reason: get_optional_text("review_reason")?,
+        review_history: get_optional_text("review_history")?,
         provider_calls: get_count("provider_calls")?,
         key_window_started_at: get_time("key_window_started_at")?,
+        create_sent_until: get_optional_time("create_sent_until")?,
+        create_replays_failure: row
+            .flag("create_replays_failure")
+            .map_err(|error| corrupt(id, error))?,
+        lookup_progress: decode_progress(get_optional_text("lookup_cursor")?)
+            .map_err(|error| corrupt(id, error))?,
+        return_url: get_optional_text("return_url")?,
+        action_started_at: get_optional_time("action_started_at")?,
         lease: match (lease_owner, lease_expires_at) {
             (Some(owner), Some(expires_at)) => Some(Lease {
                 owner: LeaseOwner::from_uuid(owner),
@@ -129,4 +163,22 @@ pub(super) fn attempt_from_row(row: &impl AttemptColumns) -> Result<Attempt, Sto
         created_at: get_time("created_at")?,
         updated_at: get_time("updated_at")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_progress_round_trips() {
+        for progress in [
+            ListProgress::NotStarted,
+            ListProgress::After("pi_123".into()),
+            ListProgress::Complete,
+        ] {
+            assert_eq!(decode_progress(encode_progress(&progress)), Ok(progress));
+        }
+        assert!(decode_progress(Some("after:".into())).is_err());
+        assert!(decode_progress(Some("pi_1".into())).is_err());
+    }
 }

@@ -20,14 +20,14 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Row};
 use uuid::Uuid;
 
-use super::row::{AttemptColumns, ColumnError, attempt_from_row, optional_attempt};
+use super::row::{AttemptColumns, ColumnError, attempt_from_row, encode_progress, optional_attempt};
 use super::{
-    AttemptStore, InsertOutcome, ListCursor, ListFilter, NewAttempt, RoundResult, StoreError,
-    conflict_winner,
+    AttemptStore, CallerTime, InsertOutcome, LeaseRequest, Leased, ListCursor, ListFilter,
+    NewAttempt, RoundResult, StoreError, conflict_winner, micros_of,
 };
 use crate::domain::{
-    Attempt, AttemptId, AttemptStatus, ConsumerName, CustomerId, Description, Lease, LeaseOwner,
-    OperationKey,
+    Attempt, AttemptId, AttemptStatus, ConsumerName, CustomerId, Description, LeaseOwner,
+    ListProgress, OperationKey,
 };
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -36,6 +36,40 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqli
 /// index `payment_attempts_unfinished_due` only when a query repeats its condition literally.
 /// A unit test checks this list against `AttemptStatus::is_terminal`.
 const UNFINISHED_SQL: &str = "('pending', 'requires_action')";
+
+/// The database's clock in integer microseconds, plus the shift bound as ?N (zero in the
+/// service). SQLite reads 'now' once per statement, so every use in one statement agrees.
+macro_rules! database_now {
+    ($parameter:literal) => {
+        concat!("(CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?", $parameter, ")")
+    };
+}
+const DATABASE_NOW_2: &str = database_now!("2");
+const DATABASE_NOW_3: &str = database_now!("3");
+const DATABASE_NOW_14: &str = database_now!("14");
+const DATABASE_NOW_15: &str = database_now!("15");
+
+/// The SET of a statement that takes a lease: ?2 owner, ?3 the shift, ?4 duration and ?5 the
+/// key window's safe length (microseconds). A lease taken while the key is young enough to be
+/// sent extends the range in which a create can have reached the provider.
+const LEASE_SET: &str = "lease_owner = ?2,
+     lease_expires_at = (CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3) + ?4,
+     create_sent_until = CASE
+         WHEN (CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3) - key_window_started_at < ?5
+         THEN max(COALESCE(create_sent_until, 0),
+                  (CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3) + ?4)
+         ELSE create_sent_until END";
+
+fn leased_from_row(row: &SqliteRow) -> Result<Leased, StoreError> {
+    let attempt = attempt_from_row(row)?;
+    let database_now = row
+        .try_get::<i64, _>("database_now")
+        .map_err(|error| StoreError::Corrupt(format!("database_now: {error}")))
+        .and_then(|micros| {
+            instant_from_micros(micros).map_err(|error| StoreError::Corrupt(error.to_string()))
+        })?;
+    Ok(Leased { attempt, database_now })
+}
 
 /// Bounds of the connection pool, passed explicitly rather than left to library defaults.
 #[derive(Debug, Clone)]
@@ -128,17 +162,22 @@ impl AttemptStore for SqliteStore {
     async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
         let metadata = serde_json::to_string(new.params.metadata.entries())
             .map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        let inserted = sqlx::query(
-            "INSERT INTO payment_attempts (
+        // ?14 is the caller's clock, ?15 the shift of the database's; the SELECT's WHERE is
+        // needed by SQLite's parser before an upsert clause.
+        let inserted = sqlx::query(&format!(
+            "WITH clock AS (SELECT {DATABASE_NOW_15} AS database_now)
+             INSERT INTO payment_attempts (
                 id, consumer, operation_key, kind, amount_minor, currency, payment_method,
                 customer, description, metadata, fingerprint, status, provider, idempotency_key,
-                generation, key_window_started_at, lease_owner, lease_expires_at, next_check_at,
-                created_at, updated_at)
-             VALUES (?1, ?2, ?3, 'charge', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13,
-                     ?14, ?15, ?16, ?17, ?14, ?14)
+                generation, key_window_started_at, create_sent_until, return_url, lease_owner,
+                lease_expires_at, next_check_at, created_at, updated_at)
+             SELECT ?1, ?2, ?3, 'charge', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13,
+                    min(?14, database_now), database_now + ?17, ?19, ?16, database_now + ?17,
+                    database_now + ?18, database_now, database_now
+             FROM clock WHERE true
              ON CONFLICT DO NOTHING
-             RETURNING *",
-        )
+             RETURNING *"
+        ))
         .bind(new.id.as_uuid())
         .bind(new.consumer.as_str())
         .bind(new.operation_key.as_str())
@@ -152,10 +191,12 @@ impl AttemptStore for SqliteStore {
         .bind(new.provider)
         .bind(new.idempotency_key.as_str())
         .bind(i64::from(new.generation))
-        .bind(micros(new.now))
-        .bind(new.lease.owner.as_uuid())
-        .bind(micros(new.lease.expires_at))
-        .bind(micros(new.next_check_at))
+        .bind(micros(new.time.now))
+        .bind(new.time.shift_micros())
+        .bind(new.lease_owner.as_uuid())
+        .bind(micros_of(new.lease_duration))
+        .bind(micros_of(new.recovery_grace))
+        .bind(new.return_url.as_deref())
         .fetch_optional(&self.pool)
         .await
         .map_err(unavailable)?;
@@ -198,24 +239,50 @@ impl AttemptStore for SqliteStore {
     async fn acquire_lease(
         &self,
         id: AttemptId,
-        lease: Lease,
-        now: DateTime<Utc>,
-    ) -> Result<Option<Attempt>, StoreError> {
+        lease: LeaseRequest,
+    ) -> Result<Option<Leased>, StoreError> {
+        // updated_at is left alone: it records the row's last change, and a clock reading
+        // earlier than it is how a decision notices a clock that went back.
         sqlx::query(&format!(
-            "UPDATE payment_attempts
-             SET lease_owner = ?2, lease_expires_at = ?3, updated_at = ?4
+            "UPDATE payment_attempts SET {LEASE_SET}
              WHERE id = ?1 AND status IN {UNFINISHED_SQL}
-               AND (lease_expires_at IS NULL OR lease_expires_at <= ?4)
-             RETURNING *"
+               AND (lease_expires_at IS NULL OR lease_expires_at <= {DATABASE_NOW_3})
+             RETURNING *, {DATABASE_NOW_3} AS database_now"
         ))
         .bind(id.as_uuid())
         .bind(lease.owner.as_uuid())
-        .bind(micros(lease.expires_at))
-        .bind(micros(now))
+        .bind(lease.time.shift_micros())
+        .bind(micros_of(lease.duration))
+        .bind(micros_of(lease.key_window_safe))
         .fetch_optional(&self.pool)
         .await
-        .map_err(unavailable)
-        .and_then(optional_attempt)
+        .map_err(unavailable)?
+        .map(|row| leased_from_row(&row))
+        .transpose()
+    }
+
+    async fn renew_lease(
+        &self,
+        id: AttemptId,
+        owner: LeaseOwner,
+        duration: chrono::Duration,
+        lookup_progress: &ListProgress,
+        time: CallerTime,
+    ) -> Result<bool, StoreError> {
+        let renewed = sqlx::query(&format!(
+            "UPDATE payment_attempts
+             SET lease_expires_at = {DATABASE_NOW_3} + ?4, lookup_cursor = ?5
+             WHERE id = ?1 AND lease_owner = ?2"
+        ))
+        .bind(id.as_uuid())
+        .bind(owner.as_uuid())
+        .bind(time.shift_micros())
+        .bind(micros_of(duration))
+        .bind(encode_progress(lookup_progress))
+        .execute(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(renewed.rows_affected() == 1)
     }
 
     async fn finish_round(
@@ -223,7 +290,7 @@ impl AttemptStore for SqliteStore {
         id: AttemptId,
         owner: LeaseOwner,
         result: &RoundResult,
-        now: DateTime<Utc>,
+        time: CallerTime,
     ) -> Result<Option<Attempt>, StoreError> {
         // As in PostgreSQL, every expression in SET reads the row as it was before this update
         // (SQLite: "all scalar expressions ... refer to the original row"), so each CASE asks
@@ -243,17 +310,25 @@ impl AttemptStore for SqliteStore {
                 provider_status = CASE WHEN status IN {UNFINISHED_SQL}
                                        THEN COALESCE(?5, provider_status)
                                        ELSE provider_status END,
+                action_started_at = CASE WHEN status IN (SELECT value FROM json_each(?3))
+                                              AND ?2 = 'requires_action'
+                                         THEN {DATABASE_NOW_14} ELSE action_started_at END,
                 status = CASE WHEN status IN (SELECT value FROM json_each(?3))
                               THEN ?2 ELSE status END,
                 provider_payment_id = COALESCE(provider_payment_id, ?4),
-                review_reason = COALESCE(?10, review_reason),
+                review_reason = CASE WHEN ?10 IS NULL THEN review_reason
+                                     WHEN review_reason IS NULL THEN ?10
+                                     WHEN instr(review_reason, ?10) > 0 THEN review_reason
+                                     ELSE review_reason || '; ' || ?10 END,
                 provider_calls = provider_calls + ?11,
                 check_count = check_count + 1,
-                next_check_at = ?12,
+                next_check_at = {DATABASE_NOW_14} + ?12,
                 last_error = ?13,
+                create_replays_failure = max(create_replays_failure, ?16),
+                lookup_cursor = CASE WHEN ?17 THEN ?18 ELSE lookup_cursor END,
                 lease_owner = NULL,
                 lease_expires_at = NULL,
-                updated_at = ?14
+                updated_at = {DATABASE_NOW_14}
              WHERE id = ?1 AND lease_owner = ?15
              RETURNING *"
         ))
@@ -263,30 +338,41 @@ impl AttemptStore for SqliteStore {
         .bind(result.provider_payment_id.as_deref())
         .bind(result.provider_status.as_deref())
         .bind(result.failure.as_ref().map(|failure| failure.code.as_str()))
-        .bind(
-            result
-                .failure
-                .as_ref()
-                .map(|failure| failure.message.as_str()),
-        )
-        .bind(
-            result
-                .next_action
-                .as_ref()
-                .map(|action| action.kind.as_str()),
-        )
-        .bind(
-            result
-                .next_action
-                .as_ref()
-                .and_then(|action| action.redirect_url.as_deref()),
-        )
+        .bind(result.failure.as_ref().map(|failure| failure.message.as_str()))
+        .bind(result.next_action.as_ref().map(|action| action.kind.as_str()))
+        .bind(result.next_action.as_ref().and_then(|action| action.redirect_url.as_deref()))
         .bind(result.review_reason.as_deref())
         .bind(i64::from(result.calls_made))
-        .bind(micros(result.next_check_at))
+        .bind(micros_of(result.next_check_in))
         .bind(result.last_error.as_deref())
-        .bind(micros(now))
+        .bind(time.shift_micros())
         .bind(owner.as_uuid())
+        .bind(result.create_replays_failure)
+        .bind(result.lookup_progress.is_some())
+        .bind(result.lookup_progress.as_ref().and_then(encode_progress))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(unavailable)
+        .and_then(optional_attempt)
+    }
+
+    async fn clear_review(
+        &self,
+        id: AttemptId,
+        time: CallerTime,
+    ) -> Result<Option<Attempt>, StoreError> {
+        sqlx::query(&format!(
+            "UPDATE payment_attempts SET
+                review_history = CASE WHEN review_history IS NULL THEN review_reason
+                                      ELSE review_history || '; ' || review_reason END,
+                review_reason = NULL,
+                next_check_at = {DATABASE_NOW_2},
+                updated_at = {DATABASE_NOW_2}
+             WHERE id = ?1 AND status IN {UNFINISHED_SQL} AND review_reason IS NOT NULL
+             RETURNING *"
+        ))
+        .bind(id.as_uuid())
+        .bind(time.shift_micros())
         .fetch_optional(&self.pool)
         .await
         .map_err(unavailable)
@@ -327,10 +413,9 @@ impl AttemptStore for SqliteStore {
 
     async fn claim_due(
         &self,
-        lease: Lease,
-        now: DateTime<Utc>,
+        lease: LeaseRequest,
         batch_max: u32,
-    ) -> Result<Vec<Attempt>, StoreError> {
+    ) -> Result<Vec<Leased>, StoreError> {
         // No SKIP LOCKED here (SQLite has none, and needs none): SQLite lets one writer at a
         // time into the whole database, and this one statement takes that write lock before it
         // reads, so concurrent claimers — other connections of this pool or other processes on
@@ -338,23 +423,24 @@ impl AttemptStore for SqliteStore {
         // leases written by the one before it. Never the same row twice; a behaviour test races
         // two claimers.
         let rows = sqlx::query(&format!(
-            "UPDATE payment_attempts SET lease_owner = ?1, lease_expires_at = ?2, updated_at = ?3
+            "UPDATE payment_attempts SET {LEASE_SET}
              WHERE id IN (
                 SELECT id FROM payment_attempts
-                WHERE status IN {UNFINISHED_SQL} AND next_check_at <= ?3
-                  AND (lease_expires_at IS NULL OR lease_expires_at <= ?3)
+                WHERE status IN {UNFINISHED_SQL} AND next_check_at <= {DATABASE_NOW_3}
+                  AND (lease_expires_at IS NULL OR lease_expires_at <= {DATABASE_NOW_3})
                 ORDER BY next_check_at
-                LIMIT ?4)
-             RETURNING *"
+                LIMIT ?1)
+             RETURNING *, {DATABASE_NOW_3} AS database_now"
         ))
-        .bind(lease.owner.as_uuid())
-        .bind(micros(lease.expires_at))
-        .bind(micros(now))
         .bind(i64::from(batch_max))
+        .bind(lease.owner.as_uuid())
+        .bind(lease.time.shift_micros())
+        .bind(micros_of(lease.duration))
+        .bind(micros_of(lease.key_window_safe))
         .fetch_all(&self.pool)
         .await
         .map_err(unavailable)?;
-        rows.iter().map(attempt_from_row).collect()
+        rows.iter().map(leased_from_row).collect()
     }
 
     async fn oldest_unfinished_created_at(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
@@ -404,6 +490,10 @@ impl AttemptColumns for SqliteRow {
         self.try_get::<Option<i64>, _>(column)?
             .map(instant_from_micros)
             .transpose()
+    }
+
+    fn flag(&self, column: &str) -> Result<bool, ColumnError> {
+        Ok(self.try_get(column)?)
     }
 
     fn count(&self, column: &str) -> Result<i64, ColumnError> {

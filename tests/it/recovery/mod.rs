@@ -9,8 +9,9 @@ mod outage;
 
 use std::time::Duration;
 
-use chargeguard::clock::Clock;
-use chargeguard::domain::{Attempt, AttemptStatus, ConsumerName, Lease, LeaseOwner, OperationKey};
+use chargeguard::domain::{Attempt, AttemptStatus, ConsumerName, LeaseOwner, OperationKey};
+use chargeguard::store::CallerTime;
+use chrono::Duration as ChronoDuration;
 use chargeguard::grpc::proto::{self, GetAttemptRequest, get_attempt_request::Selector};
 use chargeguard::orchestrator::SweepOutcome;
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
@@ -82,14 +83,15 @@ pub async fn leave_pending(app: &TestApp, operation: &str, fault: FaultKind) -> 
 /// Rows as a process leaves them that committed them and died before calling the provider:
 /// pending, lease run out, due now. Inserted through the store, as the charge path does.
 pub async fn seed_due_rows(app: &TestApp, prefix: &str, count: usize) -> Vec<Attempt> {
-    let now = app.clock.now();
+    let time = CallerTime::of(app.clock.as_ref());
     let store = app.orchestrator.store().clone();
     let rows = futures::stream::iter(0..count)
         .map(|index| {
             let store = store.clone();
             async move {
-                let lease = Lease { owner: LeaseOwner::from_uuid(Uuid::new_v4()), expires_at: now };
-                insert_new(store.as_ref(), &pending_attempt(&format!("{prefix}-{index}"), lease, now, now)).await
+                let owner = LeaseOwner::from_uuid(Uuid::new_v4());
+                let new = pending_attempt(&format!("{prefix}-{index}"), owner, ChronoDuration::zero(), ChronoDuration::zero(), time);
+                insert_new(store.as_ref(), &new).await
             }
         })
         .buffer_unordered(8)

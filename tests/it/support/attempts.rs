@@ -2,21 +2,23 @@
 //! tests that need rows in a given state without going through a provider call.
 
 use chargeguard::domain::{
-    Attempt, AttemptId, ChargeParams, ConsumerName, Currency, Description, Lease, Metadata,
+    Attempt, AttemptId, ChargeParams, ConsumerName, Currency, Description, LeaseOwner, Metadata,
     OperationKey, PaymentMethodId, derive_idempotency_key,
 };
-use chargeguard::store::{AttemptStore, InsertOutcome, NewAttempt};
-use chrono::{DateTime, Utc};
+use chargeguard::store::{AttemptStore, CallerTime, InsertOutcome, NewAttempt};
+use chrono::Duration;
 use uuid::Uuid;
 
 /// A pending `orders` attempt for `operation`: 1000 usd minor units with `pm_card_visa`, a
 /// description and one metadata entry (so that they round-trip through the store), held by
-/// `lease` and due for recovery at `next_check_at`.
+/// `lease_owner` for `lease` and due for recovery `due_in` after it is written (both on the
+/// database's clock).
 pub fn pending_attempt(
     operation: &str,
-    lease: Lease,
-    now: DateTime<Utc>,
-    next_check_at: DateTime<Utc>,
+    lease_owner: LeaseOwner,
+    lease: Duration,
+    due_in: Duration,
+    time: CallerTime,
 ) -> NewAttempt {
     let consumer = ConsumerName::parse("orders").unwrap();
     let operation_key = OperationKey::parse(operation).unwrap();
@@ -40,9 +42,11 @@ pub fn pending_attempt(
         params,
         provider: "stripe",
         generation: 0,
-        lease,
-        next_check_at,
-        now,
+        return_url: None,
+        lease_owner,
+        lease_duration: lease,
+        recovery_grace: due_in,
+        time,
     }
 }
 
