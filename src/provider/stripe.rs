@@ -227,13 +227,15 @@ fn created_bounds(created: CreatedRange) -> RangeQueryTs {
     })
 }
 
+/// Stripe's error `code` (`card_declined`), its `decline_code` (`generic_decline`) kept in the
+/// message; the webhook module reads an event's `last_payment_error` the same way.
 fn failure_from(api: &ApiErrors, fallback_code: &str) -> Failure {
-    let code = api
-        .decline_code
-        .clone()
-        .or_else(|| api.code.as_ref().map(|code| code.as_str().to_owned()))
-        .unwrap_or_else(|| fallback_code.to_owned());
-    Failure { code, message: api.message.clone().unwrap_or_default() }
+    Failure::from_provider_error(
+        api.code.as_ref().map(|code| code.as_str()),
+        api.decline_code.as_deref(),
+        api.message.as_deref(),
+        fallback_code,
+    )
 }
 
 fn classify_create_error(error: StripeError) -> Result<CreateOutcome, ProviderError> {
