@@ -486,6 +486,7 @@ async fn provider_create(shared: &Shared, key: &str) -> CallResult {
                 ProviderError::NotExecuted(_) => "not_executed",
                 ProviderError::NotFound(_) => "not_found",
                 ProviderError::KeyConflict(_) => "key_conflict",
+                ProviderError::ReplayedFailure(_) => "replayed_failure",
             }
             .to_owned(),
         ),

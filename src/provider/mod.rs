@@ -57,6 +57,12 @@ pub enum ProviderError {
     /// discipline failed, so nothing may be assumed; a person must look.
     #[error("idempotency key conflict: {0}")]
     KeyConflict(String),
+    /// The provider saved a failed answer for this key and replays it (Stripe API v1 saves
+    /// 500s too, `Idempotent-Replayed: true`); it will never answer this key differently.
+    /// Whether the object exists is unknown: re-sending is pointless, only a lookup by
+    /// metadata can tell. Returned for a create only.
+    #[error("replayed failure: {0}")]
+    ReplayedFailure(String),
 }
 
 /// The period in which a lookup expects the attempt's object to have been created.
