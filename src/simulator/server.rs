@@ -396,7 +396,9 @@ impl Drop for LoggedRequest {
     fn drop(&mut self) {
         // Never dropped while this task holds the state lock: the lock is not held across an
         // `.await`, and the future is only dropped at one.
-        self.app.state().log_request(std::mem::take(&mut self.entry));
+        self.app
+            .state()
+            .log_request(std::mem::take(&mut self.entry));
     }
 }
 
@@ -481,9 +483,7 @@ async fn run_api(
                 Admission::Execute => {}
                 Admission::Replay(stored) => {
                     log.replayed = true;
-                    return Outcome::Reply(
-                        Reply::stored(&stored).header(REPLAYED_HEADER, "true"),
-                    );
+                    return Outcome::Reply(Reply::stored(&stored).header(REPLAYED_HEADER, "true"));
                 }
                 Admission::Reject(error) => return reject(error),
             }

@@ -15,7 +15,8 @@ struct RawAnswer {
     body: bytes::Bytes,
 }
 
-const RAW_CREATE: &str = "amount=1000&currency=usd&confirm=true&payment_method=pm_card_visa&metadata%5Battempt%5D=s1";
+const RAW_CREATE: &str =
+    "amount=1000&currency=usd&confirm=true&payment_method=pm_card_visa&metadata%5Battempt%5D=s1";
 
 async fn raw_create(sim: &Sim, key: &str) -> RawAnswer {
     let answer = reqwest::Client::new()
@@ -40,7 +41,10 @@ async fn raw_create(sim: &Sim, key: &str) -> RawAnswer {
 /// Sends the create twice with one key: the first answer is a 500 without the replay header,
 /// the second the identical 500 with it (and so is a third, through async-stripe). Returns the
 /// request log's (fault, replayed, status) of the three.
-async fn first_500_is_saved_and_replayed(sim: &Sim, key: &str) -> Vec<(Option<String>, bool, Option<u16>)> {
+async fn first_500_is_saved_and_replayed(
+    sim: &Sim,
+    key: &str,
+) -> Vec<(Option<String>, bool, Option<u16>)> {
     let first = raw_create(sim, key).await;
     assert_eq!(first.status, 500, "{first:?}");
     assert_eq!(first.replayed, None, "a first answer is not a replay");
@@ -53,7 +57,10 @@ async fn first_500_is_saved_and_replayed(sim: &Sim, key: &str) -> Vec<(Option<St
         }
     );
     let request = charge(1_000, "pm_card_visa", "s1");
-    assert_eq!(status_of(&create_keyed(&sim.stripe, &request, key).await.unwrap_err()), 500);
+    assert_eq!(
+        status_of(&create_keyed(&sim.stripe, &request, key).await.unwrap_err()),
+        500
+    );
     sim.control
         .requests()
         .await
@@ -67,7 +74,10 @@ async fn first_500_is_saved_and_replayed(sim: &Sim, key: &str) -> Vec<(Option<St
 async fn fail_saved_saves_a_500_under_the_key_and_creates_nothing() {
     let sim = Sim::start().await;
     sim.control
-        .set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::FailSaved, 1))
+        .set_fault(
+            Endpoint::CreatePaymentIntent,
+            FaultSpec::next(FaultKind::FailSaved, 1),
+        )
         .await
         .unwrap();
     let log = first_500_is_saved_and_replayed(&sim, "key-fs").await;
@@ -79,11 +89,22 @@ async fn fail_saved_saves_a_500_under_the_key_and_creates_nothing() {
             (None, true, Some(500)),
         ]
     );
-    assert!(sim.control.ledger().await.unwrap().payment_intents.is_empty());
+    assert!(
+        sim.control
+            .ledger()
+            .await
+            .unwrap()
+            .payment_intents
+            .is_empty()
+    );
     // Another key is not affected.
-    create_keyed(&sim.stripe, &charge(1_000, "pm_card_visa", "s1"), "key-fs-2")
-        .await
-        .unwrap();
+    create_keyed(
+        &sim.stripe,
+        &charge(1_000, "pm_card_visa", "s1"),
+        "key-fs-2",
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -107,7 +128,10 @@ async fn apply_then_fail_saved_creates_the_object_and_saves_a_500_under_the_key(
     );
     let ledger = sim.control.ledger().await.unwrap();
     assert_eq!(ledger.succeeded_payment_intents().count(), 1);
-    assert_eq!(ledger.payment_intents[0].idempotency_key.as_deref(), Some("key-afs"));
+    assert_eq!(
+        ledger.payment_intents[0].idempotency_key.as_deref(),
+        Some("key-afs")
+    );
 }
 
 #[tokio::test]
@@ -135,7 +159,14 @@ async fn a_client_that_goes_away_still_leaves_its_create_in_the_request_log() {
     assert!(gone.is_timeout(), "{gone:?}");
     // The execution carries on without the client; wait (bounded) for its object.
     for _ in 0..100 {
-        if !sim.control.ledger().await.unwrap().payment_intents.is_empty() {
+        if !sim
+            .control
+            .ledger()
+            .await
+            .unwrap()
+            .payment_intents
+            .is_empty()
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -145,7 +176,10 @@ async fn a_client_that_goes_away_still_leaves_its_create_in_the_request_log() {
     let requests = sim.control.requests().await.unwrap();
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert_eq!(requests[0].idempotency_key.as_deref(), Some("key-gone"));
-    assert_eq!(requests[0].endpoint.as_deref(), Some("create_payment_intent"));
+    assert_eq!(
+        requests[0].endpoint.as_deref(),
+        Some("create_payment_intent")
+    );
     assert_eq!(requests[0].fault.as_deref(), Some("latency"));
     assert_eq!(requests[0].status, None, "no answer was sent");
 }
