@@ -72,6 +72,8 @@ pub struct ProviderConfig {
     /// Idle keep-alive connections to the provider; 0 opens a connection per call.
     pub idle_connections_max: usize,
     pub lookup_pages_max: u32,
+    /// Longest answer body read from the provider; a longer one is an error, not read whole.
+    pub response_body_bytes_max: usize,
     pub return_url: Option<String>,
 }
 
@@ -272,6 +274,8 @@ impl Default for ProviderConfig {
             call_timeout_ms: 10_000,
             idle_connections_max: 64,
             lookup_pages_max: 50,
+            // A list page of 100 payment intents is 100-300 KB; a create answer a few KB.
+            response_body_bytes_max: 4 * 1024 * 1024,
             return_url: None,
         }
     }
@@ -364,6 +368,11 @@ impl Config {
         check((100..=300_000).contains(&provider.call_timeout_ms), "provider.call_timeout_ms must be 100-300000");
         check(provider.idle_connections_max <= 1_024, "provider.idle_connections_max must be 0-1024");
         check((1..=1_000).contains(&provider.lookup_pages_max), "provider.lookup_pages_max must be 1-1000");
+        check(
+            (1_048_576..=67_108_864).contains(&provider.response_body_bytes_max),
+            "provider.response_body_bytes_max must be 1048576-67108864 (1-64 MiB; a list page of 100 payment \
+             intents must fit)",
+        );
         check((1..=10_000_000_000).contains(&charge.amount_minor_max), "charge.amount_minor_max must be 1-10000000000");
         check(
             charge.lease_ms > provider.call_timeout_ms * 2 + self.database.statement_timeout_ms,

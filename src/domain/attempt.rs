@@ -106,6 +106,30 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A provider's error on its own terms (Stripe's): `code` is the error's `code`
+    /// (`card_declined`, `expired_card`, `incorrect_cvc`, …), or `fallback_code` when it has
+    /// none. The issuer's `decline_code` (`generic_decline`, `insufficient_funds`, …) refines
+    /// `card_declined`; with no field of its own it is kept visible at the end of the message.
+    pub fn from_provider_error(
+        code: Option<&str>,
+        decline_code: Option<&str>,
+        message: Option<&str>,
+        fallback_code: &str,
+    ) -> Self {
+        let code = code.unwrap_or(fallback_code).to_owned();
+        let message = message.unwrap_or_default();
+        let message = match decline_code {
+            Some(decline_code) if decline_code != code && message.is_empty() => {
+                format!("decline_code: {decline_code}")
+            }
+            Some(decline_code) if decline_code != code => {
+                format!("{message} (decline_code: {decline_code})")
+            }
+            _ => message.to_owned(),
+        };
+        Self { code, message }
+    }
+
     /// The key window passed and the provider confirmed that nothing was charged.
     pub fn expired() -> Self {
         Self {
@@ -246,6 +270,28 @@ mod tests {
         );
         assert_eq!(AttemptStatus::RequiresAction.allowed_sources(), vec![AttemptStatus::Pending]);
         assert!(AttemptStatus::Pending.allowed_sources().is_empty());
+    }
+
+    #[test]
+    fn a_provider_failure_keeps_the_error_code_and_shows_the_decline_code() {
+        let check = |code, decline_code, message, expected: (&str, &str)| {
+            let failure = Failure::from_provider_error(code, decline_code, message, "payment_failed");
+            assert_eq!((failure.code.as_str(), failure.message.as_str()), expected);
+        };
+        check(
+            Some("card_declined"),
+            Some("generic_decline"),
+            Some("Your card was declined."),
+            ("card_declined", "Your card was declined. (decline_code: generic_decline)"),
+        );
+        check(
+            Some("expired_card"),
+            Some("expired_card"),
+            Some("Your card has expired."),
+            ("expired_card", "Your card has expired."),
+        );
+        check(None, Some("insufficient_funds"), None, ("payment_failed", "decline_code: insufficient_funds"));
+        check(None, None, Some("no"), ("payment_failed", "no"));
     }
 
     #[test]

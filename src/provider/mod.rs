@@ -49,11 +49,6 @@ pub enum ProviderError {
     /// a key still in use, an unreadable answer. The attempt must stay pending.
     #[error("outcome unknown: {0}")]
     OutcomeUnknown(String),
-    /// The provider saved a failed answer (a 5xx) for this key once execution began and
-    /// replays it (`Idempotent-Replayed: true`): it will never answer this key differently, so
-    /// sending it again is pointless; what the first request did must be looked up.
-    #[error("the provider replays a saved failure for this key: {0}")]
-    ReplayedFailure(String),
     /// Certainly not executed, but not a business outcome either (auth, rate limit): retry later.
     #[error("not executed: {0}")]
     NotExecuted(String),
@@ -64,6 +59,12 @@ pub enum ProviderError {
     /// discipline failed, so nothing may be assumed; a person must look.
     #[error("idempotency key conflict: {0}")]
     KeyConflict(String),
+    /// The provider saved a failed answer for this key and replays it (Stripe API v1 saves
+    /// 500s too, `Idempotent-Replayed: true`); it will never answer this key differently.
+    /// Whether the object exists is unknown: re-sending is pointless, only a lookup by
+    /// metadata can tell. Returned for a create only.
+    #[error("replayed failure: {0}")]
+    ReplayedFailure(String),
 }
 
 /// The period in which a lookup expects the attempt's object to have been created.

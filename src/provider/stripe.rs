@@ -13,7 +13,7 @@ use stripe_core::refund::ListRefund;
 use stripe_core::{PaymentIntent, PaymentIntentStatus};
 use stripe_types::{Currency as StripeCurrency, RangeBoundsTs, RangeQueryTs};
 
-use super::transport::PooledStripeClient;
+use super::transport::{CallError, PooledStripeClient};
 use super::{
     CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, METADATA_CONSUMER,
     METADATA_OPERATION_KEY, PaymentPage, PaymentProvider, ProviderError, RefundPage,
@@ -33,6 +33,8 @@ pub struct StripeProviderConfig {
     pub call_timeout: Duration,
     /// Idle connections kept open to the provider.
     pub idle_connections_max: usize,
+    /// Bound on the body of one answer; a longer one is an error (outcome unknown for a create).
+    pub response_body_bytes_max: usize,
 }
 
 impl StripeProviderConfig {
@@ -47,20 +49,20 @@ impl StripeProviderConfig {
             base_url: config.base_url.clone(),
             call_timeout: Duration::from_millis(config.call_timeout_ms),
             idle_connections_max: config.idle_connections_max,
+            response_body_bytes_max: config.response_body_bytes_max,
         })
     }
 }
 
 pub struct StripeProvider {
     client: PooledStripeClient,
-    config: StripeProviderConfig,
 }
 
 impl StripeProvider {
     pub fn new(config: StripeProviderConfig) -> Result<Self, ProviderError> {
         let client = PooledStripeClient::new(&config)
             .map_err(|error| ProviderError::NotExecuted(format!("stripe client: {error}")))?;
-        Ok(Self { client, config })
+        Ok(Self { client })
     }
 }
 
@@ -199,25 +201,38 @@ fn created_bounds(created: CreatedRange) -> RangeQueryTs {
     })
 }
 
+/// Stripe's error `code` (`card_declined`), its `decline_code` (`generic_decline`) kept in the
+/// message; the webhook module reads an event's `last_payment_error` the same way.
 fn failure_from(api: &ApiErrors, fallback_code: &str) -> Failure {
-    let code = api
-        .decline_code
-        .clone()
-        .or_else(|| api.code.as_ref().map(|code| code.as_str().to_owned()))
-        .unwrap_or_else(|| fallback_code.to_owned());
-    Failure { code, message: api.message.clone().unwrap_or_default() }
+    Failure::from_provider_error(
+        api.code.as_ref().map(|code| code.as_str()),
+        api.decline_code.as_deref(),
+        api.message.as_deref(),
+        fallback_code,
+    )
 }
 
-fn classify_create_error(error: StripeError) -> Result<CreateOutcome, ProviderError> {
-    let (api, status) = match error {
-        StripeError::Stripe(api, status) => (api, status),
-        other => return Err(classify_transport_error(other)),
+/// The order matters. A 409 "key in use" first: Stripe never saves one, so it is never a
+/// replay. Then the business outcomes (decline, invalid request) and a key conflict: the same
+/// whether first or replayed — a replayed decline *is* the decision. Then a replay of anything
+/// else (a saved 5xx, or any other non-success Stripe saved for the key): the key will never
+/// answer differently, so re-sending it is pointless (`ReplayedFailure`). Only then the first
+/// answers that leave the outcome unknown or the request unexecuted.
+fn classify_create_error(error: CallError) -> Result<CreateOutcome, ProviderError> {
+    let (api, status, replayed) = match error {
+        CallError::Stripe { error: StripeError::Stripe(api, status), replayed } => (api, status, replayed),
+        CallError::Stripe { error, .. } => return Err(classify_transport_error(error)),
+        // Cut off mid-answer: the create may have executed.
+        too_large @ CallError::BodyTooLarge { .. } => {
+            return Err(ProviderError::OutcomeUnknown(format!("{too_large}; the create may have executed")));
+        }
     };
     if status == 409 || matches!(api.code, Some(stripe::ApiErrorsCode::IdempotencyKeyInUse)) {
         return Err(ProviderError::OutcomeUnknown(
             "the provider is still executing a request with this key".to_owned(),
         ));
     }
+    let answered = || format!("provider answered {status}: {}", api.message.as_deref().unwrap_or(""));
     match (&api.type_, status) {
         (ApiErrorsType::CardError, _) | (_, 402) => Ok(CreateOutcome::Declined {
             failure: failure_from(&api, "card_declined"),
@@ -226,21 +241,21 @@ fn classify_create_error(error: StripeError) -> Result<CreateOutcome, ProviderEr
         (ApiErrorsType::IdempotencyError, _) => Err(ProviderError::KeyConflict(
             api.message.clone().unwrap_or_else(|| "idempotency_error".to_owned()),
         )),
-        (_, 401 | 403 | 429) => Err(ProviderError::NotExecuted(format!(
-            "provider answered {status}: {}",
-            api.message.as_deref().unwrap_or("")
-        ))),
         (ApiErrorsType::InvalidRequestError, 400 | 404) => {
             Ok(CreateOutcome::Rejected { failure: failure_from(&api, "invalid_request") })
         }
-        _ => Err(ProviderError::OutcomeUnknown(format!(
-            "provider answered {status}: {}",
-            api.message.as_deref().unwrap_or("")
-        ))),
+        _ if replayed => Err(ProviderError::ReplayedFailure(format!("{}, replayed for this key", answered()))),
+        (_, 401 | 403 | 429) => Err(ProviderError::NotExecuted(answered())),
+        _ => Err(ProviderError::OutcomeUnknown(answered())),
     }
 }
 
-fn classify_read_error(error: StripeError) -> ProviderError {
+/// Reads (and a cancel, which has no key) are never replays: the header is not looked at.
+fn classify_read_error(error: CallError) -> ProviderError {
+    let error = match error {
+        CallError::Stripe { error, .. } => error,
+        too_large @ CallError::BodyTooLarge { .. } => return ProviderError::OutcomeUnknown(too_large.to_string()),
+    };
     match error {
         StripeError::Stripe(api, 404) => {
             ProviderError::NotFound(api.message.clone().unwrap_or_default())

@@ -72,7 +72,7 @@ pub struct LedgerRefund {
 }
 
 /// One `/v1` request as the simulator saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestLogEntry {
     /// Increasing; gaps mean the ring dropped entries.
     pub seq: u64,
@@ -82,9 +82,10 @@ pub struct RequestLogEntry {
     /// `None` for unknown routes.
     pub endpoint: Option<String>,
     pub idempotency_key: Option<String>,
-    /// Answered from the idempotency store.
+    /// Answered from the idempotency store (the answer carried `Idempotent-Replayed: true`).
     pub replayed: bool,
-    /// `None` when the connection was dropped without a response.
+    /// `None` when no response was sent: the connection was dropped (fault), or the client went
+    /// away before the answer (the request still executed).
     pub status: Option<u16>,
     /// The fault applied, if any (`latency`, `fail_before_apply`, …).
     pub fault: Option<String>,

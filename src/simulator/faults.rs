@@ -112,8 +112,14 @@ pub enum FaultKind {
     Latency(u64),
     /// 500, nothing applied, nothing saved under the idempotency key.
     FailBeforeApply,
+    /// 500 once execution began, nothing applied, and the 500 saved under the key: every later
+    /// request with the key replays it (Stripe API v1 saves 500s too).
+    FailSaved,
     /// Applied and saved under the key (a retry replays the real answer), then 500.
     ApplyThenFail,
+    /// Applied, then 500, and the 500 (not the applied result) saved under the key: the object
+    /// exists, but every later request with the key replays the 500.
+    ApplyThenFailSaved,
     /// Applied and saved under the key, then the TCP connection is dropped with no response.
     ApplyThenDrop,
 }
@@ -292,6 +298,17 @@ mod tests {
         };
         assert_eq!(draws(7), draws(7));
         assert!(draws(7).contains(&true) && draws(7).contains(&false));
+    }
+
+    #[test]
+    fn kinds_are_named_in_snake_case_on_the_wire() {
+        for (kind, name) in [
+            (FaultKind::FailSaved, "\"fail_saved\""),
+            (FaultKind::ApplyThenFailSaved, "\"apply_then_fail_saved\""),
+        ] {
+            assert_eq!(serde_json::to_string(&kind).unwrap(), name);
+            assert_eq!(serde_json::from_str::<FaultKind>(name).unwrap(), kind);
+        }
     }
 
     #[test]

@@ -33,6 +33,9 @@ use super::wire::{ApiError, ErrorType, Params, StoredResponse};
 const TICK_INTERVAL: Duration = Duration::from_secs(1);
 /// Pause after a failed accept (e.g. out of file descriptors) before trying again.
 const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
+/// Set (to `true`) on every answer replayed from the idempotency store, errors included, and
+/// on no first answer, as Stripe does.
+const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// A response about to be sent.
 pub struct Reply {
@@ -326,7 +329,9 @@ fn fault_name(kind: FaultKind) -> &'static str {
     match kind {
         FaultKind::Latency(_) => "latency",
         FaultKind::FailBeforeApply => "fail_before_apply",
+        FaultKind::FailSaved => "fail_saved",
         FaultKind::ApplyThenFail => "apply_then_fail",
+        FaultKind::ApplyThenFailSaved => "apply_then_fail_saved",
         FaultKind::ApplyThenDrop => "apply_then_drop",
     }
 }
@@ -345,36 +350,56 @@ async fn handle_api(
     request_id: &str,
     drop_connection: &CancellationToken,
 ) -> Reply {
-    let sim_time = app.now();
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let mut log = RequestLogEntry {
-        seq: 0,
-        request_id: request_id.to_owned(),
-        method: method.to_string(),
-        path: path.clone(),
-        endpoint: None,
-        idempotency_key: None,
-        replayed: false,
-        status: None,
-        fault: None,
-        sim_time,
+    let mut log = LoggedRequest {
+        app: app.clone(),
+        entry: RequestLogEntry {
+            seq: 0,
+            request_id: request_id.to_owned(),
+            method: request.method().to_string(),
+            path: request.uri().path().to_owned(),
+            endpoint: None,
+            idempotency_key: None,
+            replayed: false,
+            status: None,
+            fault: None,
+            sim_time: app.now(),
+        },
     };
-    let outcome = run_api(app, request, request_id, &mut log).await;
+    let outcome = run_api(app, request, request_id, &mut log.entry).await;
     let reply = match outcome {
         Outcome::Reply(reply) => reply,
         Outcome::Drop => {
-            app.state().log_request(log);
+            drop(log);
             drop_connection.cancel();
             // The connection task drops this future; nothing is ever sent.
             let never: Infallible = std::future::pending().await;
             match never {}
         }
     };
-    log.status = Some(reply.status.as_u16());
-    app.state().log_request(log);
+    log.entry.status = Some(reply.status.as_u16());
+    drop(log);
     let version = super::WEBHOOK_API_VERSION;
     reply.header("stripe-version", version)
+}
+
+/// The request-log entry of one `/v1` request, written when the request ends, however it
+/// ends: answered, dropped by a fault, or abandoned by a client that went away. In the last
+/// case hyper drops the handler's future while the detached execution still creates the
+/// object, so an entry written only after the answer would be missing for an object the ledger
+/// has. An entry written without an answer keeps `status: None`.
+struct LoggedRequest {
+    app: Arc<App>,
+    entry: RequestLogEntry,
+}
+
+impl Drop for LoggedRequest {
+    fn drop(&mut self) {
+        // Never dropped while this task holds the state lock: the lock is not held across an
+        // `.await`, and the future is only dropped at one.
+        self.app
+            .state()
+            .log_request(std::mem::take(&mut self.entry));
+    }
 }
 
 enum Outcome {
@@ -458,12 +483,19 @@ async fn run_api(
                 Admission::Execute => {}
                 Admission::Replay(stored) => {
                     log.replayed = true;
-                    return Outcome::Reply(
-                        Reply::stored(&stored).header("idempotent-replayed", "true"),
-                    );
+                    return Outcome::Reply(Reply::stored(&stored).header(REPLAYED_HEADER, "true"));
                 }
                 Admission::Reject(error) => return reject(error),
             }
+        }
+        if fault == Some(FaultKind::FailSaved) {
+            // Execution "began" (the key is admitted) and failed before anything was applied:
+            // the 500 is what the key now answers.
+            let failure = injected_failure().into_stored();
+            if let Some(key) = &key {
+                state.idempotency.complete(&api_key, key, failure.clone());
+            }
+            return Outcome::Reply(Reply::stored(&failure));
         }
         fault
     };
@@ -478,12 +510,30 @@ async fn run_api(
         Some(FaultKind::Latency(ms)) => Duration::from_millis(ms),
         _ => Duration::ZERO,
     };
-    let stored = execute_detached(app, operation, ctx, api_key, key, latency).await;
+    let saved_instead = match fault {
+        Some(FaultKind::ApplyThenFailSaved) => Some(injected_failure().into_stored()),
+        _ => None,
+    };
+    let save = Save {
+        api_key,
+        key,
+        instead: saved_instead.clone(),
+    };
+    let stored = execute_detached(app, operation, ctx, save, latency).await;
     match fault {
         Some(FaultKind::ApplyThenFail) => reject(injected_failure()),
         Some(FaultKind::ApplyThenDrop) => Outcome::Drop,
-        _ => Outcome::Reply(Reply::stored(&stored)),
+        _ => Outcome::Reply(Reply::stored(saved_instead.as_ref().unwrap_or(&stored))),
     }
+}
+
+/// What an executed request saves under its idempotency key.
+struct Save {
+    api_key: String,
+    /// `None`: the request has no key, nothing is saved.
+    key: Option<String>,
+    /// Saved (and answered) instead of the executed result (fault `ApplyThenFailSaved`).
+    instead: Option<StoredResponse>,
 }
 
 /// Executes in its own task: once admitted, a request completes and saves its response even if
@@ -492,8 +542,7 @@ async fn execute_detached(
     app: &Arc<App>,
     operation: Operation,
     ctx: ExecContext,
-    api_key: String,
-    key: Option<String>,
+    save: Save,
     latency: Duration,
 ) -> StoredResponse {
     let app = app.clone();
@@ -505,8 +554,9 @@ async fn execute_detached(
         }
         let mut state = app.state();
         let stored = state.execute(operation, &ctx);
-        if let Some(key) = &key {
-            state.idempotency.complete(&api_key, key, stored.clone());
+        if let Some(key) = &save.key {
+            let saved = save.instead.unwrap_or_else(|| stored.clone());
+            state.idempotency.complete(&save.api_key, key, saved);
         }
         stored
     });

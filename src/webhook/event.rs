@@ -153,13 +153,14 @@ pub fn parse_subject(event_type: &str, payload: &str) -> Result<Subject, EventEr
         currency: intent.currency,
         created: timestamp(intent.created),
         metadata: intent.metadata,
-        last_error: intent.last_payment_error.map(|error| Failure {
-            // As the provider module reads it: the decline code is the most precise.
-            code: error
-                .decline_code
-                .or(error.code)
-                .unwrap_or_else(|| "payment_failed".to_owned()),
-            message: error.message.unwrap_or_default(),
+        // As the provider module reads it.
+        last_error: intent.last_payment_error.map(|error| {
+            Failure::from_provider_error(
+                error.code.as_deref(),
+                error.decline_code.as_deref(),
+                error.message.as_deref(),
+                "payment_failed",
+            )
         }),
         next_action: intent.next_action.map(|action| NextAction {
             kind: action.kind,
@@ -266,8 +267,8 @@ mod tests {
         assert_eq!(
             snapshot.last_error,
             Some(Failure {
-                code: "insufficient_funds".into(),
-                message: "no".into()
+                code: "card_declined".into(),
+                message: "no (decline_code: insufficient_funds)".into()
             })
         );
 

@@ -51,7 +51,9 @@ async fn a_decline_is_a_stored_terminal_outcome_not_an_error(backend: Backend) {
     let first = app.charge(request.clone()).await.unwrap();
     assert_eq!(outcome_of(&first), ChargeOutcome::Applied);
     assert_eq!(status_of(&first), AttemptStatus::Failed);
-    assert_eq!(first.attempt.as_ref().unwrap().failure_code, "insufficient_funds");
+    // Stripe's error code; the issuer's decline code is kept in the message.
+    assert_eq!(first.attempt.as_ref().unwrap().failure_code, "card_declined");
+    assert!(first.attempt.as_ref().unwrap().failure_message.ends_with("(decline_code: insufficient_funds)"));
 
     let again = app.charge(request).await.unwrap();
     assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);

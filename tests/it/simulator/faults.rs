@@ -1,8 +1,188 @@
+use std::time::Duration;
+
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, FaultTarget, SimulatorConfig};
 use stripe::StripeError;
 use stripe_core::payment_intent::ListPaymentIntent;
 
-use super::{Sim, charge, create_keyed, status_of};
+use super::{API_KEY, Sim, charge, create_keyed, status_of};
+
+/// One answer to a create sent by hand, so that its headers and exact bytes can be compared.
+#[derive(Debug, PartialEq)]
+struct RawAnswer {
+    status: u16,
+    /// The `Idempotent-Replayed` header, if any.
+    replayed: Option<String>,
+    body: bytes::Bytes,
+}
+
+const RAW_CREATE: &str =
+    "amount=1000&currency=usd&confirm=true&payment_method=pm_card_visa&metadata%5Battempt%5D=s1";
+
+async fn raw_create(sim: &Sim, key: &str) -> RawAnswer {
+    let answer = reqwest::Client::new()
+        .post(format!("{}v1/payment_intents", sim.handle.base_url()))
+        .bearer_auth(API_KEY)
+        .header("Idempotency-Key", key)
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(RAW_CREATE)
+        .send()
+        .await
+        .unwrap();
+    RawAnswer {
+        status: answer.status().as_u16(),
+        replayed: answer
+            .headers()
+            .get("idempotent-replayed")
+            .map(|value| value.to_str().unwrap().to_owned()),
+        body: answer.bytes().await.unwrap(),
+    }
+}
+
+/// Sends the create twice with one key: the first answer is a 500 without the replay header,
+/// the second the identical 500 with it (and so is a third, through async-stripe). Returns the
+/// request log's (fault, replayed, status) of the three.
+async fn first_500_is_saved_and_replayed(
+    sim: &Sim,
+    key: &str,
+) -> Vec<(Option<String>, bool, Option<u16>)> {
+    let first = raw_create(sim, key).await;
+    assert_eq!(first.status, 500, "{first:?}");
+    assert_eq!(first.replayed, None, "a first answer is not a replay");
+    let second = raw_create(sim, key).await;
+    assert_eq!(
+        second,
+        RawAnswer {
+            replayed: Some("true".to_owned()),
+            ..first
+        }
+    );
+    let request = charge(1_000, "pm_card_visa", "s1");
+    assert_eq!(
+        status_of(&create_keyed(&sim.stripe, &request, key).await.unwrap_err()),
+        500
+    );
+    sim.control
+        .requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| (entry.fault, entry.replayed, entry.status))
+        .collect()
+}
+
+#[tokio::test]
+async fn fail_saved_saves_a_500_under_the_key_and_creates_nothing() {
+    let sim = Sim::start().await;
+    sim.control
+        .set_fault(
+            Endpoint::CreatePaymentIntent,
+            FaultSpec::next(FaultKind::FailSaved, 1),
+        )
+        .await
+        .unwrap();
+    let log = first_500_is_saved_and_replayed(&sim, "key-fs").await;
+    assert_eq!(
+        log,
+        [
+            (Some("fail_saved".to_owned()), false, Some(500)),
+            (None, true, Some(500)),
+            (None, true, Some(500)),
+        ]
+    );
+    assert!(
+        sim.control
+            .ledger()
+            .await
+            .unwrap()
+            .payment_intents
+            .is_empty()
+    );
+    // Another key is not affected.
+    create_keyed(
+        &sim.stripe,
+        &charge(1_000, "pm_card_visa", "s1"),
+        "key-fs-2",
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn apply_then_fail_saved_creates_the_object_and_saves_a_500_under_the_key() {
+    let sim = Sim::start().await;
+    sim.control
+        .set_fault(
+            Endpoint::CreatePaymentIntent,
+            FaultSpec::next(FaultKind::ApplyThenFailSaved, 1),
+        )
+        .await
+        .unwrap();
+    let log = first_500_is_saved_and_replayed(&sim, "key-afs").await;
+    assert_eq!(
+        log,
+        [
+            (Some("apply_then_fail_saved".to_owned()), false, Some(500)),
+            (None, true, Some(500)),
+            (None, true, Some(500)),
+        ]
+    );
+    let ledger = sim.control.ledger().await.unwrap();
+    assert_eq!(ledger.succeeded_payment_intents().count(), 1);
+    assert_eq!(
+        ledger.payment_intents[0].idempotency_key.as_deref(),
+        Some("key-afs")
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_still_leaves_its_create_in_the_request_log() {
+    let sim = Sim::start().await;
+    sim.control
+        .set_fault(
+            Endpoint::CreatePaymentIntent,
+            FaultSpec::next(FaultKind::Latency(500), 1),
+        )
+        .await
+        .unwrap();
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let gone = impatient
+        .post(format!("{}v1/payment_intents", sim.handle.base_url()))
+        .bearer_auth(API_KEY)
+        .header("Idempotency-Key", "key-gone")
+        .body(RAW_CREATE)
+        .send()
+        .await
+        .unwrap_err();
+    assert!(gone.is_timeout(), "{gone:?}");
+    // The execution carries on without the client; wait (bounded) for its object.
+    for _ in 0..100 {
+        if !sim
+            .control
+            .ledger()
+            .await
+            .unwrap()
+            .payment_intents
+            .is_empty()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ledger = sim.control.ledger().await.unwrap();
+    assert_eq!(ledger.payment_intents.len(), 1, "the create executed");
+    let requests = sim.control.requests().await.unwrap();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0].idempotency_key.as_deref(), Some("key-gone"));
+    assert_eq!(
+        requests[0].endpoint.as_deref(),
+        Some("create_payment_intent")
+    );
+    assert_eq!(requests[0].fault.as_deref(), Some("latency"));
+    assert_eq!(requests[0].status, None, "no answer was sent");
+}
 
 #[tokio::test]
 async fn fail_before_apply_applies_and_saves_nothing() {
