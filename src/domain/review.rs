@@ -43,23 +43,15 @@ pub fn succeeded_after_failure_reason(snapshot: &PaymentSnapshot) -> Option<Stri
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use chrono::{TimeZone, Utc};
 
     use super::*;
 
     fn snapshot(status: ProviderPaymentStatus, received: i64) -> PaymentSnapshot {
+        let created = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
         PaymentSnapshot {
-            id: "pi_1".into(),
-            status,
-            amount_minor: 1_000,
             amount_received_minor: received,
-            currency: "usd".into(),
-            created: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
-            metadata: BTreeMap::new(),
-            last_error: None,
-            next_action: None,
+            ..crate::domain::fixtures::snapshot("pi_1", status, created)
         }
     }
 

@@ -153,13 +153,21 @@ async fn pending_charge(app: &TestApp, operation_key: &str) -> String {
 }
 
 async fn refund(app: &TestApp, payment_intent: &str, amount_minor: i64) {
+    let amount = amount_minor.to_string();
+    post_to_simulator(
+        app,
+        "v1/refunds",
+        &[("payment_intent", payment_intent), ("amount", &amount)],
+    )
+    .await;
+}
+
+/// A `/v1` POST to the simulator as any Stripe client sends it; it must succeed.
+async fn post_to_simulator(app: &TestApp, path: &str, form: &[(&str, &str)]) {
     let response = reqwest::Client::new()
-        .post(format!("{}v1/refunds", app.simulator.base_url()))
+        .post(format!("{}{path}", app.simulator.base_url()))
         .bearer_auth(SIM_API_KEY)
-        .form(&[
-            ("payment_intent", payment_intent.to_owned()),
-            ("amount", amount_minor.to_string()),
-        ])
+        .form(form)
         .send()
         .await
         .unwrap();
@@ -777,21 +785,12 @@ async fn a_declined_intent_confirmed_again_later_is_reported_as_succeeded_after_
     let (_, intent) = charge(&app, "reconfirmed-1", "pm_card_chargeDeclined").await;
     charge(&app, "declined-2", "pm_card_chargeDeclined").await;
     // Anyone holding the key may confirm a declined intent again (Stripe's checkout does).
-    let response = reqwest::Client::new()
-        .post(format!(
-            "{}v1/payment_intents/{intent}/confirm",
-            app.simulator.base_url()
-        ))
-        .bearer_auth(SIM_API_KEY)
-        .form(&[("payment_method", "pm_card_visa")])
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        response.status().is_success(),
-        "{}",
-        response.text().await.unwrap()
-    );
+    post_to_simulator(
+        &app,
+        &format!("v1/payment_intents/{intent}/confirm"),
+        &[("payment_method", "pm_card_visa")],
+    )
+    .await;
 
     let (code, report) = run_json(&app, &[]).await;
     assert_eq!(code, 1, "money taken where we answered failed is a discrepancy");

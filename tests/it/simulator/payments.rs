@@ -139,14 +139,7 @@ async fn processing_payments_settle_by_the_sim_clock() {
         .await
         .unwrap();
     assert_eq!(failed.status, PaymentIntentStatus::RequiresPaymentMethod);
-    let types: Vec<String> = sim
-        .control
-        .events()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|event| event.event_type)
-        .collect();
+    let types = event_types(&sim).await;
     assert_eq!(
         types,
         [
@@ -310,6 +303,17 @@ async fn control_calls_seed_and_force_discrepancies() {
     );
 }
 
+/// The types of every event the simulator emitted, in order.
+async fn event_types(sim: &Sim) -> Vec<String> {
+    sim.control
+        .events()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|event| event.event_type)
+        .collect()
+}
+
 async fn confirm_keyed(
     sim: &Sim,
     request: &ConfirmPaymentIntent,
@@ -457,14 +461,7 @@ async fn a_declined_intent_is_confirmed_again_with_another_card_and_succeeds_onc
             (None, false, Some(400)),
         ]
     );
-    let events: Vec<String> = sim
-        .control
-        .events()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|event| event.event_type)
-        .collect();
+    let events = event_types(&sim).await;
     assert_eq!(
         events,
         [
@@ -568,14 +565,7 @@ async fn confirm_follows_the_payment_method_and_refuses_what_stripe_refuses() {
         (status, absent.code),
         (404, Some(ApiErrorsCode::ResourceMissing))
     );
-    let events: Vec<String> = sim
-        .control
-        .events()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|event| event.event_type)
-        .collect();
+    let events = event_types(&sim).await;
     assert_eq!(
         events,
         [
