@@ -12,6 +12,7 @@ mod operation;
 mod provider_payment;
 mod provider_refund;
 mod recovery;
+mod review;
 
 pub use attempt::{
     Attempt, AttemptId, AttemptKind, AttemptStatus, Failure, Lease, LeaseOwner, ListProgress,
@@ -31,6 +32,7 @@ pub use recovery::{
     PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step, lookup_created_range,
     resolve_lookup,
 };
+pub use review::{SUCCEEDED_AFTER_FAILURE, shows_money_moved, succeeded_after_failure_reason};
 
 /// Why a value from outside could not become a domain value. `field` names the request field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::domain::AttemptStatus;
+use crate::domain::{AttemptStatus, SUCCEEDED_AFTER_FAILURE};
 
 use super::model::{AttemptFacts, JoinedRow, ProviderObject, ReportRow, money};
 
@@ -185,6 +185,17 @@ fn classify_attempt(
             object.status,
             attempt.status.as_str()
         );
+        // Money taken where the consumer was told it was not (a declined intent confirmed again
+        // later): a status mismatch, named so finance can find every one of them.
+        if attempt.status == AttemptStatus::Failed && object.holds_money() {
+            return (
+                Category::StatusMismatch,
+                format!(
+                    "{SUCCEEDED_AFTER_FAILURE}: {detail}; the provider received {}",
+                    money(&object.currency, object.amount_received_minor)
+                ),
+            );
+        }
         // An unfinished attempt may not have recorded the provider's answer yet.
         return match (attempt.status.is_terminal(), stale) {
             (false, false) => (Category::InProgress, detail),
@@ -479,6 +490,37 @@ mod tests {
             vec![object("pi_1", "succeeded")],
             Category::StatusMismatch,
         );
+    }
+
+    #[test]
+    fn a_failed_attempt_whose_object_holds_money_is_named_succeeded_after_failure() {
+        let row = |status: &str| JoinedRow {
+            seq: 1,
+            attempt: Some(attempt(AttemptStatus::Failed, 5)),
+            objects: vec![object("pi_1", status)],
+            objects_total: 1,
+        };
+        let paid = classify(row("succeeded"), now(), &THRESHOLDS);
+        assert_eq!(paid.category, Category::StatusMismatch);
+        assert!(
+            paid.detail.starts_with("succeeded_after_failure: provider object pi_1 is succeeded")
+                && paid.detail.contains("received 10.00 usd"),
+            "{}",
+            paid.detail
+        );
+        let canceled = classify(row("canceled"), now(), &THRESHOLDS);
+        assert_eq!(canceled.category, Category::Matched);
+        let mismatch = classify(
+            JoinedRow {
+                seq: 1,
+                attempt: Some(attempt(AttemptStatus::Succeeded, 5)),
+                objects: vec![object("pi_1", "canceled")],
+                objects_total: 1,
+            },
+            now(),
+            &THRESHOLDS,
+        );
+        assert!(!mismatch.detail.contains("succeeded_after_failure"), "{}", mismatch.detail);
     }
 
     #[test]

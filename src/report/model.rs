@@ -68,6 +68,11 @@ impl ProviderObject {
             0
         }
     }
+
+    /// Whether the provider took money on it: succeeded, or an amount received.
+    pub fn holds_money(&self) -> bool {
+        self.status == "succeeded" || self.amount_received_minor > 0
+    }
 }
 
 /// A row as read back from staging, before classification.

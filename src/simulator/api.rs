@@ -14,6 +14,17 @@ const METADATA_KEY_LENGTH_MAX: usize = 40;
 const METADATA_VALUE_LENGTH_MAX: usize = 500;
 const DESCRIPTION_LENGTH_MAX: usize = 1_000;
 const LIST_LIMIT_DEFAULT: usize = 10;
+/// Options of a confirmation (on create or on its own) accepted for compatibility and not
+/// modelled; they still count for idempotency.
+const CONFIRM_OPTIONS_UNMODELLED: [&str; 7] = [
+    "payment_method_types",
+    "off_session",
+    "receipt_email",
+    "setup_future_usage",
+    "error_on_requires_action",
+    "use_stripe_sdk",
+    "payment_method_options",
+];
 
 /// Finds the endpoint of a `/v1` path; the second value is the object id in the path.
 pub fn route(method: &http::Method, path: &str) -> Option<(Endpoint, Option<String>)> {
@@ -29,6 +40,9 @@ pub fn route(method: &http::Method, path: &str) -> Option<(Endpoint, Option<Stri
         }
         ["payment_intents", id, "cancel"] if post && !id.is_empty() => {
             (Endpoint::CancelPaymentIntent, Some(*id))
+        }
+        ["payment_intents", id, "confirm"] if post && !id.is_empty() => {
+            (Endpoint::ConfirmPaymentIntent, Some(*id))
         }
         ["refunds"] if post => (Endpoint::CreateRefund, None),
         ["refunds"] if get => (Endpoint::ListRefunds, None),
@@ -48,6 +62,16 @@ pub struct CreatePaymentIntent {
     pub description: Option<String>,
     pub customer: Option<String>,
     pub capture_method: String,
+    pub return_url: Option<String>,
+}
+
+/// `POST /v1/payment_intents/{id}/confirm`: Stripe's way to pay an intent that has no
+/// successful payment yet (after a decline, or one created without `confirm=true`).
+#[derive(Debug, Clone)]
+pub struct ConfirmPaymentIntent {
+    pub id: String,
+    /// Replaces the intent's payment method; absent, the intent's own is used.
+    pub payment_method: Option<String>,
     pub return_url: Option<String>,
 }
 
@@ -99,6 +123,7 @@ pub enum Operation {
     CreatePaymentIntent(CreatePaymentIntent),
     RetrievePaymentIntent(String),
     CancelPaymentIntent { id: String, reason: Option<String> },
+    ConfirmPaymentIntent(ConfirmPaymentIntent),
     ListPaymentIntents(ListQuery),
     SearchPaymentIntents(SearchQuery),
     CreateRefund(CreateRefund),
@@ -136,6 +161,9 @@ impl Operation {
                     return Err(invalid_enum("cancellation_reason", reason));
                 }
                 Self::CancelPaymentIntent { id: id(), reason }
+            }
+            Endpoint::ConfirmPaymentIntent => {
+                Self::ConfirmPaymentIntent(parse_confirm_payment_intent(id(), &mut params)?)
             }
             Endpoint::ListPaymentIntents => {
                 params.ignore("customer");
@@ -263,20 +291,12 @@ fn parse_create_payment_intent(params: &mut Params) -> Result<CreatePaymentInten
             "The description is too long.",
         ));
     }
-    // Accepted for compatibility, not modelled (they still count for idempotency).
-    for name in [
-        "payment_method_types",
+    for name in CONFIRM_OPTIONS_UNMODELLED.into_iter().chain([
         "automatic_payment_methods",
-        "off_session",
         "confirmation_method",
-        "receipt_email",
         "statement_descriptor",
         "statement_descriptor_suffix",
-        "setup_future_usage",
-        "error_on_requires_action",
-        "use_stripe_sdk",
-        "payment_method_options",
-    ] {
+    ]) {
         params.ignore(name);
     }
     Ok(CreatePaymentIntent {
@@ -288,6 +308,22 @@ fn parse_create_payment_intent(params: &mut Params) -> Result<CreatePaymentInten
         description,
         customer: params.take_string("customer")?,
         capture_method,
+        return_url: params.take_string("return_url")?,
+    })
+}
+
+fn parse_confirm_payment_intent(
+    id: String,
+    params: &mut Params,
+) -> Result<ConfirmPaymentIntent, ApiError> {
+    for name in CONFIRM_OPTIONS_UNMODELLED {
+        params.ignore(name);
+    }
+    Ok(ConfirmPaymentIntent {
+        id,
+        payment_method: params
+            .take_string("payment_method")?
+            .filter(|pm| !pm.is_empty()),
         return_url: params.take_string("return_url")?,
     })
 }

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::WebhookTarget;
 use super::faults::{FaultSpec, FaultTarget};
-use super::model::Origin;
+use super::model::{Confirmation, Origin};
 use super::server::{App, Reply};
 use super::webhooks::WebhookMode;
 
@@ -57,6 +57,12 @@ pub struct LedgerPaymentIntent {
     /// Sim clock.
     pub created: i64,
     pub origin: Origin,
+    /// Its latest confirmations (payments attempted on it), oldest first.
+    #[serde(default)]
+    pub confirmations: Vec<Confirmation>,
+    /// Every confirmation, including those no longer listed.
+    #[serde(default)]
+    pub confirmations_total: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,6 +14,7 @@ pub enum Endpoint {
     CreatePaymentIntent,
     RetrievePaymentIntent,
     CancelPaymentIntent,
+    ConfirmPaymentIntent,
     ListPaymentIntents,
     SearchPaymentIntents,
     CreateRefund,
@@ -22,10 +23,11 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 8] = [
+    pub const ALL: [Endpoint; 9] = [
         Self::CreatePaymentIntent,
         Self::RetrievePaymentIntent,
         Self::CancelPaymentIntent,
+        Self::ConfirmPaymentIntent,
         Self::ListPaymentIntents,
         Self::SearchPaymentIntents,
         Self::CreateRefund,
@@ -38,6 +40,7 @@ impl Endpoint {
             Self::CreatePaymentIntent => "create_payment_intent",
             Self::RetrievePaymentIntent => "retrieve_payment_intent",
             Self::CancelPaymentIntent => "cancel_payment_intent",
+            Self::ConfirmPaymentIntent => "confirm_payment_intent",
             Self::ListPaymentIntents => "list_payment_intents",
             Self::SearchPaymentIntents => "search_payment_intents",
             Self::CreateRefund => "create_refund",

@@ -41,6 +41,7 @@ pub use control::{
     RequestLogEntry, SeedPaymentIntent,
 };
 pub use faults::{Endpoint, FaultKind, FaultSpec, FaultTarget, FaultTrigger};
+pub use model::Confirmation;
 pub use webhooks::{DeliveryRecord, EventRecord, FlushReport, WebhookMode};
 
 /// The Stripe API version events are rendered for: the one async-stripe was generated for, so

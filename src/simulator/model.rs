@@ -1,7 +1,7 @@
 //! The simulator's objects and their Stripe JSON. Every rendering carries the fields
 //! async-stripe requires (non-`Option` fields of its generated types).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::{Value, json};
 
@@ -116,6 +116,22 @@ pub enum Origin {
     Control,
 }
 
+/// Confirmations kept per intent (the oldest are dropped; `confirmations_total` counts all).
+pub const CONFIRMATIONS_KEPT_MAX: usize = 32;
+
+/// One confirmation of an intent (a create with `confirm=true`, or `/confirm`): what the
+/// ledger shows of each payment attempted on it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Confirmation {
+    /// The key of the confirming request (`None`: none was sent).
+    pub idempotency_key: Option<String>,
+    pub payment_method: String,
+    /// The intent's status right after it.
+    pub status: String,
+    /// Sim clock.
+    pub created: i64,
+}
+
 #[derive(Debug, Clone)]
 pub struct PaymentIntent {
     pub seq: u64,
@@ -143,6 +159,9 @@ pub struct PaymentIntent {
     pub origin: Origin,
     /// When a `processing` intent settles (sim clock), and how.
     pub settlement: Option<(i64, Settlement)>,
+    /// The latest confirmations, oldest first (at most [`CONFIRMATIONS_KEPT_MAX`]).
+    pub confirmations: VecDeque<Confirmation>,
+    pub confirmations_total: u32,
 }
 
 impl PaymentIntent {
@@ -242,6 +261,20 @@ impl PaymentIntent {
         self.amount_received = self.amount;
         self.next_action = None;
         self.last_payment_error = None;
+    }
+
+    /// Records a confirmation that just ran, with the status it left.
+    pub fn record_confirmation(&mut self, idempotency_key: Option<String>, now: i64) {
+        if self.confirmations.len() >= CONFIRMATIONS_KEPT_MAX {
+            self.confirmations.pop_front();
+        }
+        self.confirmations.push_back(Confirmation {
+            idempotency_key,
+            payment_method: self.payment_method.clone().unwrap_or_default(),
+            status: self.status.as_str().to_owned(),
+            created: now,
+        });
+        self.confirmations_total = self.confirmations_total.saturating_add(1);
     }
 
     pub fn refundable(&self) -> i64 {

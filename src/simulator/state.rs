@@ -8,7 +8,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
 
-use super::api::{CreatePaymentIntent, CreateRefund, ListQuery, Operation, SearchQuery};
+use super::api::{
+    ConfirmPaymentIntent, CreatePaymentIntent, CreateRefund, ListQuery, Operation, SearchQuery,
+};
 use super::control::{
     AuthenticationOutcome, ForcePaymentIntent, Ledger, LedgerPaymentIntent, LedgerRefund,
     RequestLogEntry, SeedPaymentIntent,
@@ -26,6 +28,11 @@ use super::{PAGE_SIZE_MAX, SimulatorConfig};
 /// Characters of the random part of object ids (Stripe's are 24 base62 characters).
 const ID_RANDOM_CHARS: usize = 24;
 const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+/// A decline's (code, decline code, message).
+type Decline = (&'static str, &'static str, &'static str);
+/// What a confirmation did: the event to emit and, for a decline, its error.
+type Confirmed = (Option<&'static str>, Option<Decline>);
 
 /// What an operation knows about the request that caused it.
 #[derive(Debug, Clone)]
@@ -199,6 +206,7 @@ impl State {
             Operation::CancelPaymentIntent { id, reason } => {
                 self.cancel_payment_intent(&id, reason, ctx)
             }
+            Operation::ConfirmPaymentIntent(confirm) => self.confirm_payment_intent(confirm, ctx),
             Operation::ListPaymentIntents(query) => self.list_payment_intents(&query),
             Operation::SearchPaymentIntents(query) => self.search_payment_intents(&query),
             Operation::CreateRefund(create) => self.create_refund(create, ctx),
@@ -260,6 +268,8 @@ impl State {
             idempotency_key: None,
             origin,
             settlement: None,
+            confirmations: VecDeque::new(),
+            confirmations_total: 0,
         }
     }
 
@@ -297,6 +307,18 @@ impl State {
             }
             (Some(behaviour), true) => self.confirm(&mut intent, behaviour, ctx),
         };
+        self.store_answered(intent, event, decline, ctx)
+    }
+
+    /// Stores an intent a request changed, emits its event and answers: the intent, or the
+    /// 402 card error of a decline (whose body carries the intent as it now is).
+    fn store_answered(
+        &mut self,
+        intent: PaymentIntent,
+        event: Option<&'static str>,
+        decline: Option<Decline>,
+        ctx: &ExecContext,
+    ) -> Result<Value, ApiError> {
         let body = intent.render();
         let error = decline
             .map(|(code, decline_code, message)| intent.decline_error(code, decline_code, message));
@@ -307,17 +329,75 @@ impl State {
         }
     }
 
-    /// Applies a payment method's behaviour; returns the event and, for a decline, the error.
-    #[allow(clippy::type_complexity)]
+    /// Stripe's confirm: only an intent without a payment in flight or done may be confirmed
+    /// (`requires_payment_method` after a decline, or `requires_confirmation`); a new payment
+    /// method replaces the intent's. A PaymentIntent succeeds at most once.
+    fn confirm_payment_intent(
+        &mut self,
+        confirm: ConfirmPaymentIntent,
+        ctx: &ExecContext,
+    ) -> Result<Value, ApiError> {
+        let mut intent = self.intent(&confirm.id, true)?.clone();
+        if !matches!(
+            intent.status,
+            PaymentIntentStatus::RequiresPaymentMethod | PaymentIntentStatus::RequiresConfirmation
+        ) {
+            let mut error = ApiError::invalid_request(
+                None,
+                format!(
+                    "You cannot confirm this PaymentIntent because it has a status of {}. Only a \
+                     PaymentIntent with one of the following statuses may be confirmed: \
+                     requires_payment_method, requires_confirmation.",
+                    intent.status.as_str()
+                ),
+            )
+            .with_code("payment_intent_unexpected_state");
+            error.payment_intent = Some(Box::new(intent.render()));
+            return Err(error);
+        }
+        let payment_method = confirm
+            .payment_method
+            .or_else(|| intent.payment_method.clone())
+            .ok_or_else(|| {
+                ApiError::invalid_request(
+                    Some("payment_method"),
+                    "You cannot confirm this PaymentIntent because it's missing a payment method. \
+                     Pass payment_method to confirm it.",
+                )
+                .with_code("parameter_missing")
+            })?;
+        let behaviour = test_payment_method(&payment_method).ok_or_else(|| {
+            ApiError::no_such("PaymentMethod", &payment_method, "payment_method")
+        })?;
+        intent.payment_method = Some(payment_method);
+        if confirm.return_url.is_some() {
+            intent.return_url = confirm.return_url;
+        }
+        // Stripe clears the previous confirmation's error when the intent is confirmed again.
+        intent.last_payment_error = None;
+        let (event, decline) = self.confirm(&mut intent, behaviour, ctx);
+        self.store_answered(intent, event, decline, ctx)
+    }
+
+    /// Confirms with a payment method (its behaviour) and records the confirmation.
     fn confirm(
         &mut self,
         intent: &mut PaymentIntent,
         behaviour: CardBehaviour,
         ctx: &ExecContext,
-    ) -> (
-        Option<&'static str>,
-        Option<(&'static str, &'static str, &'static str)>,
-    ) {
+    ) -> Confirmed {
+        let outcome = self.apply_behaviour(intent, behaviour, ctx);
+        intent.record_confirmation(ctx.idempotency_key.clone(), ctx.now);
+        outcome
+    }
+
+    /// Applies a payment method's behaviour; returns the event and, for a decline, the error.
+    fn apply_behaviour(
+        &mut self,
+        intent: &mut PaymentIntent,
+        behaviour: CardBehaviour,
+        ctx: &ExecContext,
+    ) -> Confirmed {
         match behaviour {
             CardBehaviour::Succeeds => {
                 self.attach_charge(intent);
@@ -774,6 +854,8 @@ impl LedgerPaymentIntent {
             status: intent.status.as_str().to_owned(),
             created: intent.created,
             origin: intent.origin,
+            confirmations: intent.confirmations.iter().cloned().collect(),
+            confirmations_total: intent.confirmations_total,
         }
     }
 }

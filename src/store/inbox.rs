@@ -85,16 +85,21 @@ pub enum InboxOutcome {
     Conflict,
     /// Verified at the endpoint, but its object could not be read.
     Unreadable,
+    /// The provider reports money moved for an attempt chargeguard answered `failed` (a
+    /// declined intent confirmed again later): the attempt is flagged for review
+    /// (`succeeded_after_failure`), its state is not changed.
+    Flagged,
 }
 
 impl InboxOutcome {
-    pub const ALL: [InboxOutcome; 6] = [
+    pub const ALL: [InboxOutcome; 7] = [
         InboxOutcome::Applied,
         InboxOutcome::Duplicate,
         InboxOutcome::Stale,
         InboxOutcome::UnknownObject,
         InboxOutcome::Conflict,
         InboxOutcome::Unreadable,
+        InboxOutcome::Flagged,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -105,6 +110,7 @@ impl InboxOutcome {
             InboxOutcome::UnknownObject => "unknown_object",
             InboxOutcome::Conflict => "conflict",
             InboxOutcome::Unreadable => "unreadable",
+            InboxOutcome::Flagged => "flagged",
         }
     }
 
@@ -124,16 +130,21 @@ pub struct PaymentUpdate {
     pub status: AttemptStatus,
     pub failure: Option<Failure>,
     pub next_action: Option<NextAction>,
-    /// Overwrites the attempt's review reason only when set.
+    /// Added to the attempt's review reason when set (an earlier reason is kept).
     pub review_reason: Option<String>,
+    /// Set when the event shows money moved at the provider: if the database finds the attempt
+    /// `failed` (so the move is refused), the attempt is flagged with this reason instead of the
+    /// event being `Stale`. Judged by the database, not by the worker's read, so an event
+    /// decided while the attempt was still pending is flagged all the same.
+    pub review_reason_if_failed: Option<String>,
 }
 
 /// What the worker decided for one event; the store applies it atomically with the
 /// de-duplication and the processed mark.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Settlement {
-    /// Move the attempt forward if the database agrees it is a forward move: `Applied`, else
-    /// `Stale`.
+    /// Move the attempt forward if the database agrees it is a forward move: `Applied`; else
+    /// flag a failed attempt the event shows paid: `Flagged`; else `Stale`.
     Apply(PaymentUpdate),
     /// Flag the attempt for review without changing its state: `Conflict`.
     Flag {

@@ -14,7 +14,7 @@ use super::inbox::{
 use super::postgres::{status_names, unavailable};
 use super::row::optional_attempt;
 use super::{AttemptStore, PostgresStore, StoreError};
-use crate::domain::{Attempt, AttemptId};
+use crate::domain::{Attempt, AttemptId, AttemptStatus};
 
 #[async_trait]
 impl InboxStore for PostgresStore {
@@ -258,20 +258,28 @@ async fn apply_settlement(
 ) -> Result<(InboxOutcome, Option<AttemptId>, Option<String>), StoreError> {
     match settlement {
         Settlement::Apply(update) => {
-            let moved = apply_payment_update(tx, update, now).await?;
-            let outcome = if moved {
-                InboxOutcome::Applied
-            } else {
-                InboxOutcome::Stale
-            };
-            Ok((outcome, Some(update.attempt_id), None))
+            if apply_payment_update(tx, update, now).await? {
+                return Ok((InboxOutcome::Applied, Some(update.attempt_id), None));
+            }
+            if let Some(reason) = &update.review_reason_if_failed
+                && flag_if_failed(tx, update.attempt_id, reason, now).await?
+            {
+                return Ok((
+                    InboxOutcome::Flagged,
+                    Some(update.attempt_id),
+                    Some(reason.clone()),
+                ));
+            }
+            Ok((InboxOutcome::Stale, Some(update.attempt_id), None))
         }
         Settlement::Flag {
             attempt_id,
             review_reason,
         } => {
             sqlx::query(
-                "UPDATE payment_attempts SET review_reason = $2, updated_at = $3 WHERE id = $1",
+                "UPDATE payment_attempts
+                 SET review_reason = append_review_reason(review_reason, $2), updated_at = $3
+                 WHERE id = $1",
             )
             .bind(attempt_id.as_uuid())
             .bind(review_reason)
@@ -306,7 +314,7 @@ async fn apply_payment_update(
             failure_message = $6,
             next_action_type = $7,
             next_action_url = $8,
-            review_reason = COALESCE($9, review_reason),
+            review_reason = append_review_reason(review_reason, $9),
             updated_at = $10
          WHERE id = $1 AND status = ANY($11)
            AND (provider_payment_id IS NULL OR provider_payment_id = $3)",
@@ -341,6 +349,31 @@ async fn apply_payment_update(
     .await
     .map_err(unavailable)?;
     Ok(moved.rows_affected() == 1)
+}
+
+/// Flags a `failed` attempt with `reason` (added to an earlier reason, never replacing it); the
+/// status stays `failed` (states only move forward: the money question goes to a person).
+/// `false` when the attempt is not failed, or already carries this reason.
+async fn flag_if_failed(
+    tx: &mut Transaction<'_, Postgres>,
+    attempt_id: AttemptId,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let flagged = sqlx::query(
+        "UPDATE payment_attempts
+         SET review_reason = append_review_reason(review_reason, $2), updated_at = $3
+         WHERE id = $1 AND status = $4
+           AND position($2 IN COALESCE(review_reason, '')) = 0",
+    )
+    .bind(attempt_id.as_uuid())
+    .bind(reason)
+    .bind(now)
+    .bind(AttemptStatus::Failed.as_str())
+    .execute(&mut **tx)
+    .await
+    .map_err(unavailable)?;
+    Ok(flagged.rows_affected() == 1)
 }
 
 fn inbox_event_from_row(row: &PgRow) -> Result<InboxEvent, StoreError> {

@@ -2,7 +2,10 @@
 //! names. Pure: the worker reads, this decides, the store writes (with the database's own
 //! monotonic guard, so a decision made on a stale read cannot move a row backwards).
 
-use crate::domain::{Attempt, PaymentSnapshot, ProviderPaymentStatus, resolve_snapshot};
+use crate::domain::{
+    Attempt, PaymentSnapshot, ProviderPaymentStatus, resolve_snapshot,
+    succeeded_after_failure_reason,
+};
 use crate::store::inbox::{InboxOutcome, PaymentUpdate, Settlement};
 
 use super::event::EventError;
@@ -70,6 +73,9 @@ pub fn for_payment(
         failure: resolution.failure,
         next_action: resolution.next_action,
         review_reason: resolution.review_reason,
+        // Whatever the attempt looked like when read: the database decides whether it is
+        // failed, in the same transaction that refuses the move.
+        review_reason_if_failed: succeeded_after_failure_reason(snapshot),
     })
 }
 
@@ -132,6 +138,31 @@ mod tests {
         assert_eq!(update.provider_payment_id, "pi_1");
         assert_eq!(update.provider_status, "succeeded");
         assert_eq!(update.review_reason, None);
+    }
+
+    #[test]
+    fn an_event_showing_money_carries_the_flag_for_a_failed_attempt() {
+        let mut failed = attempt(Some("pi_1"));
+        failed.status = AttemptStatus::Failed;
+        let Settlement::Apply(update) = for_payment(
+            "evt_1",
+            &snapshot("pi_1", ProviderPaymentStatus::Succeeded, 1000),
+            Some(&failed),
+        ) else {
+            panic!("an update")
+        };
+        assert!(!update.status.allowed_sources().contains(&AttemptStatus::Failed));
+        let reason = update.review_reason_if_failed.unwrap();
+        assert!(reason.starts_with("succeeded_after_failure: provider object pi_1"), "{reason}");
+
+        let Settlement::Apply(declined) = for_payment(
+            "evt_2",
+            &snapshot("pi_1", ProviderPaymentStatus::RequiresPaymentMethod, 0),
+            Some(&failed),
+        ) else {
+            panic!("an update")
+        };
+        assert_eq!(declined.review_reason_if_failed, None);
     }
 
     #[test]

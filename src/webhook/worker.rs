@@ -154,10 +154,10 @@ impl InboxWorker {
         };
         let outcome = self.store.settle_event(&settle).await?;
         if let Some(outcome) = outcome {
-            if let Some(attempt) = attempt.filter(|_| changes_the_attempt(outcome)) {
+            if let Some(attempt) = attempt.as_ref().filter(|_| changes_the_attempt(outcome)) {
                 self.outcomes.forget(&attempt.consumer, &attempt.operation_key);
             }
-            record(event, &settle.settlement, outcome);
+            record(event, &settle.settlement, outcome, attempt.as_ref());
         }
         Ok(outcome)
     }
@@ -220,10 +220,18 @@ impl InboxWorker {
 
 /// Whether settling wrote to the attempt's row: moved it, or flagged it for review.
 fn changes_the_attempt(outcome: InboxOutcome) -> bool {
-    matches!(outcome, InboxOutcome::Applied | InboxOutcome::Conflict)
+    matches!(
+        outcome,
+        InboxOutcome::Applied | InboxOutcome::Conflict | InboxOutcome::Flagged
+    )
 }
 
-fn record(event: &InboxEvent, settlement: &Settlement, outcome: InboxOutcome) {
+fn record(
+    event: &InboxEvent,
+    settlement: &Settlement,
+    outcome: InboxOutcome,
+    attempt: Option<&Attempt>,
+) {
     metrics::counter!("chargeguard_webhook_events_total",
         "event_type" => event.event_type.clone(), "outcome" => outcome.as_str())
     .increment(1);
@@ -234,6 +242,18 @@ fn record(event: &InboxEvent, settlement: &Settlement, outcome: InboxOutcome) {
         }
         _ => None,
     };
+    if let (Settlement::Apply(update), InboxOutcome::Flagged) = (settlement, outcome) {
+        // Money moved where the consumer was told it did not: a person must decide (refund, or
+        // tell the consumer), so this is loud whatever else is going on.
+        let reason = update.review_reason_if_failed.as_deref().unwrap_or_default();
+        tracing::error!(event_id = %event.event_id, attempt_id = %update.attempt_id,
+            operation_key = attempt.map(|attempt| attempt.operation_key.as_str()).unwrap_or_default(),
+            consumer = attempt.map(|attempt| attempt.consumer.as_str()).unwrap_or_default(),
+            provider_payment_id = %update.provider_payment_id, reason = %reason,
+            "provider reports money moved for an attempt answered failed; attempt needs review");
+        metrics::counter!("chargeguard_succeeded_after_failure_total").increment(1);
+        metrics::counter!("chargeguard_attempts_flagged_total").increment(1);
+    }
     if let Some(reason) = review_reason {
         tracing::error!(event_id = %event.event_id, reason = %reason, "attempt needs review");
         metrics::counter!("chargeguard_attempts_flagged_total").increment(1);

@@ -94,7 +94,7 @@ fn period_args(from: DateTime<Utc>, to: DateTime<Utc>) -> [String; 4] {
     ]
 }
 
-async fn run_json(app: &TestApp, extra: &[(&str, &str)]) -> (i32, Value) {
+pub(crate) async fn run_json(app: &TestApp, extra: &[(&str, &str)]) -> (i32, Value) {
     let (from, to) = period();
     let mut args: Vec<String> = period_args(from, to).into();
     args.extend(["--format".into(), "json".into()]);
@@ -153,13 +153,21 @@ async fn pending_charge(app: &TestApp, operation_key: &str) -> String {
 }
 
 async fn refund(app: &TestApp, payment_intent: &str, amount_minor: i64) {
+    let amount = amount_minor.to_string();
+    post_to_simulator(
+        app,
+        "v1/refunds",
+        &[("payment_intent", payment_intent), ("amount", &amount)],
+    )
+    .await;
+}
+
+/// A `/v1` POST to the simulator as any Stripe client sends it; it must succeed.
+async fn post_to_simulator(app: &TestApp, path: &str, form: &[(&str, &str)]) {
     let response = reqwest::Client::new()
-        .post(format!("{}v1/refunds", app.simulator.base_url()))
+        .post(format!("{}{path}", app.simulator.base_url()))
         .bearer_auth(SIM_API_KEY)
-        .form(&[
-            ("payment_intent", payment_intent.to_owned()),
-            ("amount", amount_minor.to_string()),
-        ])
+        .form(form)
         .send()
         .await
         .unwrap();
@@ -768,5 +776,53 @@ async fn on_the_embedded_store_reports_are_refused_with_a_reason() {
     assert_eq!(
         stream(&app, Some(ORDERS_TOKEN)).await.unwrap_err().code(),
         Code::PermissionDenied
+    );
+}
+
+#[tokio::test]
+async fn a_declined_intent_confirmed_again_later_is_reported_as_succeeded_after_failure() {
+    let app = spawn_app().await;
+    let (_, intent) = charge(&app, "reconfirmed-1", "pm_card_chargeDeclined").await;
+    charge(&app, "declined-2", "pm_card_chargeDeclined").await;
+    // Anyone holding the key may confirm a declined intent again (Stripe's checkout does).
+    post_to_simulator(
+        &app,
+        &format!("v1/payment_intents/{intent}/confirm"),
+        &[("payment_method", "pm_card_visa")],
+    )
+    .await;
+
+    let (code, report) = run_json(&app, &[]).await;
+    assert_eq!(code, 1, "money taken where we answered failed is a discrepancy");
+    assert_eq!(
+        json_categories(&report),
+        BTreeMap::from([
+            ("reconfirmed-1".into(), "status_mismatch".into()),
+            ("declined-2".into(), "matched".into()),
+        ])
+    );
+    let row = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| json_row_key(row) == "reconfirmed-1")
+        .unwrap();
+    assert_eq!(row["discrepancy"], true);
+    let detail = row["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with(&format!(
+            "succeeded_after_failure: provider object {intent} is succeeded, the attempt is failed"
+        )) && detail.ends_with("the provider received 10.00 usd"),
+        "{detail}"
+    );
+    let usd = report["summary"]["currencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["currency"] == "usd")
+        .unwrap();
+    assert_eq!(
+        (usd["ours_succeeded_minor"].as_i64(), usd["provider_succeeded_minor"].as_i64()),
+        (Some(0), Some(1_000))
     );
 }

@@ -11,8 +11,10 @@ use chargeguard::grpc::proto::{AttemptStatus, ChargeOutcome};
 use chargeguard::secret::Secret;
 use chargeguard::simulator::{AuthenticationOutcome, Endpoint, FaultKind, FaultSpec, WebhookMode};
 use chargeguard::store::PostgresStore;
-use chargeguard::store::inbox::{Claim, ClaimOwner, InboxOutcome, InboxStore};
+use chargeguard::store::inbox::{Claim, ClaimOwner, InboxOutcome, InboxStore, SettleEvent};
 use chargeguard::store::postgres::PostgresPoolOptions;
+use chargeguard::webhook::decision;
+use chargeguard::webhook::event::{Subject, parse_subject};
 use chargeguard::webhook::signature::sign;
 use chargeguard::webhook::worker::SettledEvent;
 use chargeguard::webhook::{
@@ -1009,4 +1011,193 @@ async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others() {
             .await
             .unwrap();
     assert_eq!(unsettled.0, 1, "kept for a person to look at, not dropped");
+}
+
+/// A counter's value on `/metrics` (0 when not yet rendered). The recorder is one per test
+/// binary, so tests compare before and after.
+async fn counter(app: &TestApp, name: &str) -> f64 {
+    let text = reqwest::get(format!("http://{}/metrics", app.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A charge declined through chargeguard: the attempt is failed and its intent, left
+/// `requires_payment_method` by the provider, can still be confirmed by anyone holding the key.
+async fn declined_charge(hooked: &Hooked, operation_key: &str) -> proto::Attempt {
+    let mut request = charge_request(operation_key);
+    request.payment_method = "pm_card_chargeDeclined".into();
+    let declined = hooked.app.charge(request).await.unwrap();
+    assert_eq!(status_of(&declined), AttemptStatus::Failed);
+    let attempt = declined.attempt.unwrap();
+    assert!(!attempt.provider_payment_id.is_empty(), "the decline names its intent");
+    assert!(!attempt.needs_review);
+    attempt
+}
+
+#[tokio::test]
+async fn a_declined_intent_confirmed_later_flags_the_failed_attempt_and_is_reported() {
+    // Decided outcomes are remembered far longer than this test runs.
+    let hooked = Hooked::spawn_with(|config| config.charge.outcome_cache_ttl_ms = 600_000).await;
+    let key = "order-wh-reconfirmed";
+    let failed = declined_charge(&hooked, key).await;
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.payment_failed"),
+        [InboxOutcome::Stale],
+        "the call already recorded the decline"
+    );
+    let mut duplicate = charge_request(key);
+    duplicate.payment_method = "pm_card_chargeDeclined".into();
+    let remembered = hooked.app.charge(duplicate.clone()).await.unwrap();
+    assert_eq!(remembered.attempt.as_ref(), Some(&failed), "answered from memory");
+
+    // Someone holding the key confirms the same intent again, with a card that works.
+    let stripe = stripe::ClientBuilder::new(SIM_API_KEY)
+        .url(hooked.app.simulator.base_url())
+        .build()
+        .unwrap();
+    let paid = stripe_core::payment_intent::ConfirmPaymentIntent::new(
+        failed.provider_payment_id.as_str(),
+    )
+    .payment_method("pm_card_visa")
+    .send(&stripe)
+    .await
+    .unwrap();
+    assert_eq!(paid.status, stripe_core::PaymentIntentStatus::Succeeded);
+
+    let counted_before = counter(&hooked.app, "chargeguard_succeeded_after_failure_total").await;
+    let settled = hooked.deliver().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.succeeded"),
+        [InboxOutcome::Flagged]
+    );
+    let counted = counter(&hooked.app, "chargeguard_succeeded_after_failure_total").await;
+    assert!(counted >= counted_before + 1.0, "{counted_before} → {counted}");
+
+    let attempt = hooked.app.attempt_of(key).await;
+    assert_eq!(status(&attempt), AttemptStatus::Failed, "states only move forward");
+    assert_eq!(attempt.failure_code, failed.failure_code, "the decline stays recorded");
+    assert_eq!(attempt.provider_payment_id, failed.provider_payment_id);
+    assert!(attempt.needs_review);
+    assert!(
+        attempt.review_reason.starts_with("succeeded_after_failure: provider object")
+            && attempt.review_reason.contains(&failed.provider_payment_id)
+            && attempt.review_reason.contains("10.00 usd"),
+        "{}",
+        attempt.review_reason
+    );
+    let (outcome, detail): (String, String) = sqlx::query_as(
+        "SELECT outcome, detail FROM webhook_inbox WHERE event_type = 'payment_intent.succeeded'",
+    )
+    .fetch_one(hooked.store.pool())
+    .await
+    .unwrap();
+    assert_eq!((outcome.as_str(), detail.as_str()), ("flagged", attempt.review_reason.as_str()));
+
+    // The worker made this process forget the decided outcome: the duplicate reads the flag.
+    let again = hooked.app.charge(duplicate).await.unwrap();
+    assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);
+    assert_eq!(status_of(&again), AttemptStatus::Failed);
+    assert!(again.attempt.unwrap().needs_review, "read from the database after the flag");
+
+    let (code, report) = crate::reports::run_json(&hooked.app, &[]).await;
+    assert_eq!(code, 1, "a discrepancy makes the report unclean");
+    let row = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["attempt"]["operation_key"] == key)
+        .expect("the attempt is reported");
+    assert_eq!(row["category"], "status_mismatch");
+    assert_eq!(row["discrepancy"], true);
+    let detail = row["detail"].as_str().unwrap();
+    assert!(detail.starts_with("succeeded_after_failure:"), "{detail}");
+    assert_eq!(row["attempt"]["review_reason"], attempt.review_reason.as_str());
+}
+
+#[tokio::test]
+async fn a_success_decided_while_the_attempt_looked_pending_still_flags_it_once_keeping_earlier_reasons() {
+    let hooked = Hooked::spawn().await;
+    let failed = declined_charge(&hooked, "order-wh-raced").await;
+    hooked.deliver().await;
+    sqlx::query("UPDATE payment_attempts SET review_reason = 'checked by ops' WHERE id = $1::uuid")
+        .bind(&failed.attempt_id)
+        .execute(hooked.store.pool())
+        .await
+        .unwrap();
+
+    assert_eq!(
+        settle_as_if_pending(&hooked, &failed, "evt_raced_1").await,
+        InboxOutcome::Flagged
+    );
+    let attempt = hooked.app.attempt_of("order-wh-raced").await;
+    assert_eq!(status(&attempt), AttemptStatus::Failed);
+    assert!(
+        attempt.review_reason.starts_with("checked by ops; succeeded_after_failure: "),
+        "the earlier reason is kept: {}",
+        attempt.review_reason
+    );
+
+    // The same news again adds nothing.
+    assert_eq!(
+        settle_as_if_pending(&hooked, &failed, "evt_raced_2").await,
+        InboxOutcome::Stale
+    );
+    assert_eq!(hooked.app.attempt_of("order-wh-raced").await.review_reason, attempt.review_reason);
+}
+
+/// Stores a `payment_intent.succeeded` event for `failed`'s intent and settles it as the worker
+/// would have decided from a read taken before the decline was recorded (the attempt pending):
+/// move to succeeded. Only the database's guard sees that the attempt is failed.
+async fn settle_as_if_pending(
+    hooked: &Hooked,
+    failed: &proto::Attempt,
+    event_id: &str,
+) -> InboxOutcome {
+    let body = intent_event(
+        event_id,
+        "payment_intent.succeeded",
+        &failed.provider_payment_id,
+        "succeeded",
+        &failed.attempt_id,
+    );
+    let signature = sign(&Secret::new(SECRET), wall_now(), body.as_bytes());
+    assert_eq!(hooked.post(&body, Some(signature)).await, reqwest::StatusCode::OK);
+    let now = hooked.app.clock.now();
+    let claim = Claim {
+        owner: ClaimOwner::new(),
+        expires_at: now + chrono::Duration::minutes(1),
+    };
+    let claimed = hooked.store.claim_events(claim, now, 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let Subject::Payment { snapshot, .. } =
+        parse_subject(&claimed[0].event_type, &claimed[0].payload).unwrap()
+    else {
+        panic!("a payment event")
+    };
+    let mut looked_pending = attempt_record(hooked, &failed.attempt_id).await;
+    looked_pending.status = chargeguard::domain::AttemptStatus::Pending;
+    let settlement = decision::for_payment(event_id, &snapshot, Some(&looked_pending));
+    let settle = SettleEvent {
+        event_id: event_id.to_owned(),
+        owner: claim.owner,
+        // A key of its own per event: each is judged by the attempt guard, not found a
+        // duplicate of the other.
+        dedup_key: Some((format!("{event_id}-object"), "payment_intent.succeeded".into())),
+        settlement,
+        now,
+    };
+    hooked.store.settle_event(&settle).await.unwrap().expect("the claim is held")
+}
+
+/// The attempt as the store reads it.
+async fn attempt_record(hooked: &Hooked, attempt_id: &str) -> chargeguard::domain::Attempt {
+    let id = chargeguard::domain::AttemptId::from_uuid(attempt_id.parse().unwrap());
+    hooked.store.find_attempt_for_payment("pi_none", Some(id)).await.unwrap().unwrap()
 }

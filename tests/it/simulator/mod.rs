@@ -63,7 +63,7 @@ pub fn charge(amount: i64, payment_method: &str, attempt: &str) -> CreatePayment
         .metadata(HashMap::from([("attempt".to_owned(), attempt.to_owned())]))
 }
 
-fn idempotent(key: &str) -> RequestStrategy {
+pub fn idempotent(key: &str) -> RequestStrategy {
     RequestStrategy::Idempotent(IdempotencyKey::new(key).expect("valid key"))
 }
 
