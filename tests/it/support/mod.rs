@@ -8,6 +8,7 @@
 pub mod attempts;
 mod backend;
 pub mod database;
+pub mod faketime;
 pub mod health;
 
 use std::sync::Arc;
@@ -96,6 +97,14 @@ impl TestApp {
     /// On PostgreSQL.
     pub async fn spawn_with(customize: impl FnOnce(&mut Config)) -> Self {
         Self::spawn_backend_with(Backend::Postgres, customize).await
+    }
+
+    /// On PostgreSQL, in a private cluster whose clock the test moves
+    /// (`database.fake_clock()`); the simulator's clock is moved apart, by its control.
+    pub async fn spawn_on_fake_clock() -> Self {
+        let simulator = spawn_simulator(SimulatorConfig::default()).await;
+        let database = TestDatabase::create_on_fake_clock().await;
+        Self::spawn_on(database, simulator, |_| {}).await
     }
 
     pub async fn spawn_backend(backend: Backend) -> Self {
