@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chargeguard::failpoints::CRASH_EXIT_CODE;
+use chrono::{DateTime, Utc};
 use chargeguard::grpc::hash_token;
 use chargeguard::grpc::proto::payments_client::PaymentsClient;
 use chargeguard::grpc::proto::{ChargeRequest, ChargeResponse};
@@ -24,6 +25,9 @@ use crate::support::{ORDERS_TOKEN, SIM_API_KEY, TestApp, authed};
 const CHILD_WAIT_MAX: Duration = Duration::from_secs(120);
 /// How often to look whether the database has ended a dead child's sessions.
 const SESSION_POLL: Duration = Duration::from_millis(20);
+/// How far a child's log timestamps may stray from the clock it was given (rounding, a slow
+/// start on 2 shared cores is covered by reading the real time before and after).
+const CLOCK_CHECK_SLACK: chrono::Duration = chrono::Duration::seconds(5);
 
 /// The `[sweep]` section of the child's configuration.
 pub enum ChildSweep {
@@ -71,6 +75,9 @@ pub struct ChildProcess {
     database_url: String,
     grpc_addr: Option<SocketAddr>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// The offset the child's clock was given, and the real time just before it started.
+    clock: ClockOffset,
+    started_at: DateTime<Utc>,
     _config: tempfile::NamedTempFile,
 }
 
@@ -133,6 +140,13 @@ fn drain(
     });
 }
 
+/// When a JSON log line says it was written (by the writer's clock).
+fn log_timestamp(line: &str) -> Option<DateTime<Utc>> {
+    let event: serde_json::Value = serde_json::from_str(line).ok()?;
+    let stamp = event.get("timestamp")?.as_str()?;
+    DateTime::parse_from_rfc3339(stamp).ok().map(|stamp| stamp.with_timezone(&Utc))
+}
+
 /// The gRPC address from the JSON log line `serve` writes once it listens.
 fn serving_addr(line: &str) -> Option<SocketAddr> {
     let event: serde_json::Value = serde_json::from_str(line).ok()?;
@@ -152,6 +166,7 @@ impl ChildProcess {
             Ok(Ok(addr)) => child.grpc_addr = Some(addr),
             _ => panic!("chargeguard serve did not start:\n{}", child.log()),
         }
+        child.assert_clock();
         child
     }
 
@@ -179,7 +194,22 @@ impl ChildProcess {
             Err(_) => panic!("sweep --once did not finish:\n{}", child.log()),
         };
         assert!(status.success(), "sweep --once: {status}\n{printed}\n{}", child.log());
+        child.assert_clock();
         printed
+    }
+
+    /// The child's first log line is stamped with the clock it was given: a libfaketime that
+    /// failed to load would otherwise leave a "skewed" replica on the real clock unnoticed.
+    fn assert_clock(&self) {
+        let stamped = self.stderr.lock().unwrap().iter().find_map(|line| log_timestamp(line));
+        let stamped = stamped.unwrap_or_else(|| panic!("no timestamped log line:\n{}", self.log()));
+        let offset = chrono::Duration::seconds(self.clock.seconds());
+        let earliest = self.started_at + offset - CLOCK_CHECK_SLACK;
+        let latest = Utc::now() + offset + CLOCK_CHECK_SLACK;
+        assert!(
+            (earliest..=latest).contains(&stamped),
+            "the child's clock reads {stamped}, not the real time {} s off", self.clock.spec()
+        );
     }
 
     fn start(app: &TestApp, spec: &ChildSpec, subcommand: &[&str], stdout: Stdio) -> Self {
@@ -199,6 +229,7 @@ impl ChildProcess {
             command.env("FAILPOINTS", format!("{failpoint}=return"));
         }
         spec.clock.apply(&mut command);
+        let started_at = Utc::now();
         let process = command.spawn().expect("the chargeguard binary starts");
         Self {
             process,
@@ -206,6 +237,8 @@ impl ChildProcess {
             database_url: app.database.url.clone(),
             grpc_addr: None,
             stderr: Arc::new(Mutex::new(Vec::new())),
+            clock: spec.clock,
+            started_at,
             _config: config,
         }
     }
@@ -225,6 +258,7 @@ impl ChildProcess {
             Err(_) => panic!("the child never reached its crash point:\n{}", self.log()),
         };
         assert_eq!(status.code(), Some(CRASH_EXIT_CODE), "child log:\n{}", self.log());
+        self.assert_clock();
         self.wait_for_sessions_to_end().await;
     }
 

@@ -17,6 +17,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{Connection, PgConnection};
 
+/// Names the cluster directories, with the test process's id after it (see
+/// [`remove_leftovers`]).
+const DIR_PREFIX: &str = "cg_it_faketime_";
 /// How far the database's `now()` may be from the offset a test set (a slow, shared machine).
 const OFFSET_CHECK_TOLERANCE: chrono::Duration = chrono::Duration::seconds(30);
 /// pg_ctl's own bound on the server's start (`-t`), in seconds.
@@ -120,6 +123,33 @@ fn run(mut command: Command, what: &str) {
     );
 }
 
+/// Stops and removes the clusters of test processes that no longer run (killed before their
+/// clusters' drop ran).
+fn remove_leftovers() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(DIR_PREFIX) else {
+            continue;
+        };
+        let pid: Option<u32> = rest.split('_').next().and_then(|pid| pid.parse().ok());
+        if pid.is_none_or(|pid| Path::new(&format!("/proc/{pid}")).exists()) {
+            continue;
+        }
+        stop_immediately(&entry.path().join("data"));
+        let _ = std::fs::remove_dir_all(entry.path());
+    }
+}
+
+/// `pg_ctl stop -m immediate`; a server that is not running makes it fail, which is fine.
+fn stop_immediately(data_dir: &Path) {
+    let mut pg_ctl = as_server_user(postgres_bin().join("pg_ctl"));
+    pg_ctl.arg("-D").arg(data_dir).args(["-m", "immediate", "stop"]);
+    let _ = pg_ctl.output();
+}
+
 /// A PostgreSQL cluster of one test, started under libfaketime; stopped (immediate) and removed
 /// when dropped.
 pub struct FakeClockCluster {
@@ -136,7 +166,10 @@ impl FakeClockCluster {
     }
 
     fn start_blocking() -> Self {
-        let dir = tempfile::Builder::new().prefix("cg_it_faketime_").tempdir().expect("temporary directory");
+        static LEFTOVERS_REMOVED: OnceLock<()> = OnceLock::new();
+        LEFTOVERS_REMOVED.get_or_init(remove_leftovers);
+        let prefix = format!("{DIR_PREFIX}{}_", std::process::id());
+        let dir = tempfile::Builder::new().prefix(&prefix).tempdir().expect("temporary directory");
         if is_root() {
             let mut chown = Command::new("chown");
             chown.arg("postgres:postgres").arg(dir.path());
@@ -229,9 +262,7 @@ impl FakeClockCluster {
 
 impl Drop for FakeClockCluster {
     fn drop(&mut self) {
-        let mut pg_ctl = as_server_user(postgres_bin().join("pg_ctl"));
-        pg_ctl.arg("-D").arg(self.data_dir()).args(["-m", "immediate", "stop"]);
-        // Failing to stop leaves a server behind; the directory goes either way.
-        let _ = pg_ctl.output();
+        // The directory goes with `dir` right after.
+        stop_immediately(&self.data_dir());
     }
 }
