@@ -52,7 +52,12 @@ pub struct ChildSpec<'a> {
 impl Default for ChildSpec<'_> {
     /// A replica on the real clock with no crash point and no scheduled sweep.
     fn default() -> Self {
-        Self { failpoint: None, sweep: ChildSweep::Off, clock: ClockOffset::NONE, call_timeout_ms: 1_000 }
+        Self {
+            failpoint: None,
+            sweep: ChildSweep::Off,
+            clock: ClockOffset::NONE,
+            call_timeout_ms: 1_000,
+        }
     }
 }
 

@@ -2,10 +2,11 @@
 //! crash point, then redelivery and/or the sweep (of the in-process app, another "replica" on the
 //! same database and provider) must finish what it left, with one charge per operation.
 //!
-//! Each row runs twice: with the dying process's clock correct, and with it 2 h fast (issue 14:
-//! no replica's clock may keep a key window open, or a lease alive, longer). The database lives
-//! in a private cluster whose clock `advance` moves with the app's and the simulator's, so the
-//! dead process's instants are judged against one world time whichever clock wrote them.
+//! Each row whose dying process wrote instants runs twice: with that process's clock correct,
+//! and with it 2 h fast (issue 14: no replica's clock may keep a key window open, or a lease
+//! alive, longer). The database lives in a private cluster whose clock `advance` moves with the
+//! app's and the simulator's, so the dead process's instants are judged against one world time
+//! whichever clock wrote them.
 
 use std::time::Duration;
 
@@ -79,7 +80,9 @@ async fn crash_before_the_pending_commit_leaves_nothing_and_the_retry_charges_on
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1);
 }
 
-async fn crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_sweep(child_clock: ClockOffset) {
+async fn crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_sweep(
+    child_clock: ClockOffset,
+) {
     let app = TestApp::spawn_on_fake_clock().await;
     for operation in ["crash-2-redelivered", "crash-2-swept"] {
         crash_during_charge(&app, "charge.after_pending_commit", operation, child_clock).await;
@@ -109,7 +112,9 @@ async fn crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_swee
     }
 }
 
-async fn crash_after_the_provider_charged_is_adopted_by_redelivery_or_by_the_sweep(child_clock: ClockOffset) {
+async fn crash_after_the_provider_charged_is_adopted_by_redelivery_or_by_the_sweep(
+    child_clock: ClockOffset,
+) {
     let app = TestApp::spawn_on_fake_clock().await;
     let operations = ["crash-3-redelivered", "crash-3-swept"];
     for operation in operations {
@@ -137,7 +142,9 @@ async fn crash_after_the_provider_charged_is_adopted_by_redelivery_or_by_the_swe
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2);
 }
 
-async fn crash_after_the_provider_charged_past_the_window_is_found_by_metadata(child_clock: ClockOffset) {
+async fn crash_after_the_provider_charged_past_the_window_is_found_by_metadata(
+    child_clock: ClockOffset,
+) {
     let app = TestApp::spawn_on_fake_clock().await;
     crash_during_charge(&app, "round.after_provider_call", "crash-3-late", child_clock).await;
     let key = stored(&app, "crash-3-late").await.idempotency_key;
@@ -162,7 +169,9 @@ async fn crash_after_the_provider_charged_past_the_window_is_found_by_metadata(c
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1);
 }
 
-async fn crash_after_the_result_is_recorded_answers_the_duplicate_from_the_record(child_clock: ClockOffset) {
+async fn crash_after_the_result_is_recorded_answers_the_duplicate_from_the_record(
+    child_clock: ClockOffset,
+) {
     let app = TestApp::spawn_on_fake_clock().await;
     crash_during_charge(&app, "charge.after_record", "crash-4", child_clock).await;
     let recorded = stored(&app, "crash-4").await;

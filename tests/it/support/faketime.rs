@@ -84,7 +84,8 @@ pub fn libfaketime() -> &'static Path {
 fn postgres_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let versions = std::fs::read_dir("/usr/lib/postgresql").expect("PostgreSQL server installed");
+        let versions =
+            std::fs::read_dir("/usr/lib/postgresql").expect("PostgreSQL server installed");
         let mut found: Vec<(u32, PathBuf)> = versions
             .filter_map(Result::ok)
             .filter_map(|entry| {
@@ -99,7 +100,8 @@ fn postgres_bin() -> &'static Path {
 }
 
 fn is_root() -> bool {
-    std::fs::metadata("/proc/self").is_ok_and(|meta| std::os::unix::fs::MetadataExt::uid(&meta) == 0)
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
 }
 
 /// The server refuses to run as root: as root, its tools run as the `postgres` user.
@@ -182,7 +184,8 @@ impl FakeClockCluster {
         initdb
             .arg("-D")
             .arg(cluster.data_dir())
-            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync", "--no-instructions"]);
+            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8"])
+            .args(["--no-sync", "--no-instructions"]);
         run(initdb, "initdb");
         // Durability is not under test here: a cluster lives for one test.
         let options = format!(
@@ -237,8 +240,8 @@ impl FakeClockCluster {
 
     /// Moves the database's clock forward by `by` (whole seconds) and checks that `now()` shows it.
     pub async fn advance(&self, by: Duration) {
-        let offset = ClockOffset { seconds: self.offset().seconds + ClockOffset::ahead_by(by).seconds };
-        self.set_offset(offset).await;
+        let seconds = self.offset().seconds + ClockOffset::ahead_by(by).seconds;
+        self.set_offset(ClockOffset { seconds }).await;
     }
 
     pub async fn set_offset(&self, offset: ClockOffset) {
@@ -253,7 +256,8 @@ impl FakeClockCluster {
 
     /// The database's `now()`.
     pub async fn now(&self) -> DateTime<Utc> {
-        let mut connection = PgConnection::connect(&self.admin_url()).await.expect("cluster accepts connections");
+        let mut connection =
+            PgConnection::connect(&self.admin_url()).await.expect("cluster accepts connections");
         let now = sqlx::query_scalar("SELECT now()").fetch_one(&mut connection).await.unwrap();
         let _ = connection.close().await;
         now
