@@ -26,23 +26,38 @@ impl Clock for SystemClock {
 }
 
 /// Real time plus an adjustable offset: time keeps flowing, and a test can jump it forward.
+/// By default a jump moves the whole system's time (`shift`): the database's reading moves with
+/// it. Beside a database whose own clock the test moves for real, only the process's clock is
+/// this clock's to move.
 #[derive(Debug, Default)]
 pub struct OffsetClock {
     offset_ms: AtomicI64,
+    database_moves_itself: bool,
 }
 
 impl OffsetClock {
+    /// For a database whose clock the test moves itself (a cluster under libfaketime).
+    pub fn beside_a_moving_database() -> Self {
+        Self { offset_ms: AtomicI64::new(0), database_moves_itself: true }
+    }
+
     pub fn advance(&self, by: Duration) {
         self.offset_ms.fetch_add(by.num_milliseconds(), Ordering::SeqCst);
     }
 }
 
+impl OffsetClock {
+    fn offset(&self) -> Duration {
+        Duration::milliseconds(self.offset_ms.load(Ordering::SeqCst))
+    }
+}
+
 impl Clock for OffsetClock {
     fn now(&self) -> DateTime<Utc> {
-        Utc::now() + self.shift()
+        Utc::now() + self.offset()
     }
 
     fn shift(&self) -> Duration {
-        Duration::milliseconds(self.offset_ms.load(Ordering::SeqCst))
+        if self.database_moves_itself { Duration::zero() } else { self.offset() }
     }
 }

@@ -1,7 +1,7 @@
 //! Operating chargeguard: the first run, the CLI client, health and reflection, graceful
 //! shutdown, metrics, logs, configuration and deploy/ (issue 7).
 
-mod process;
+pub(crate) mod process;
 
 mod cli;
 mod config;

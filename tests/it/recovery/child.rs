@@ -1,6 +1,7 @@
 //! A real `chargeguard` process (the binary built with `--features failpoints`) pointed at a
 //! test's database and simulator. With a crash point configured through FAILPOINTS it exits on
-//! the spot when it reaches it, like a kill -9: no reply, no cleanup.
+//! the spot when it reaches it, like a kill -9: no reply, no cleanup. Its wall clock may run
+//! ahead or behind (libfaketime), as another replica's does.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -9,18 +10,24 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chargeguard::failpoints::CRASH_EXIT_CODE;
+use chrono::{DateTime, Utc};
 use chargeguard::grpc::hash_token;
 use chargeguard::grpc::proto::payments_client::PaymentsClient;
 use chargeguard::grpc::proto::{ChargeRequest, ChargeResponse};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, Command};
+use tokio::process::{Child, ChildStderr};
 
+use crate::ops::process::command;
+use crate::support::faketime::ClockOffset;
 use crate::support::{ORDERS_TOKEN, SIM_API_KEY, TestApp, authed};
 
 /// Upper bound on a child's start or its run to a crash point; only a hung child reaches it.
 const CHILD_WAIT_MAX: Duration = Duration::from_secs(120);
 /// How often to look whether the database has ended a dead child's sessions.
 const SESSION_POLL: Duration = Duration::from_millis(20);
+/// How far a child's log timestamps may stray from the clock it was given (rounding, a slow
+/// start on 2 shared cores is covered by reading the real time before and after).
+const CLOCK_CHECK_SLACK: chrono::Duration = chrono::Duration::seconds(5);
 
 /// The `[sweep]` section of the child's configuration.
 pub enum ChildSweep {
@@ -32,6 +39,40 @@ pub enum ChildSweep {
     },
 }
 
+/// How a child is run.
+pub struct ChildSpec<'a> {
+    /// The crash point armed through FAILPOINTS, if any.
+    pub failpoint: Option<&'a str>,
+    pub sweep: ChildSweep,
+    /// How far the child's wall clock is from the real one.
+    pub clock: ClockOffset,
+    pub call_timeout_ms: u64,
+}
+
+impl Default for ChildSpec<'_> {
+    /// A replica on the real clock with no crash point and no scheduled sweep.
+    fn default() -> Self {
+        Self {
+            failpoint: None,
+            sweep: ChildSweep::Off,
+            clock: ClockOffset::NONE,
+            call_timeout_ms: 1_000,
+        }
+    }
+}
+
+impl<'a> ChildSpec<'a> {
+    /// Stops at `failpoint`, sweep off, real clock.
+    pub fn crashing_at(failpoint: &'a str) -> Self {
+        Self { failpoint: Some(failpoint), ..Self::default() }
+    }
+
+    /// A replica whose wall clock reads `clock` off the real one.
+    pub fn replica_at(clock: ClockOffset) -> Self {
+        Self { clock, ..Self::default() }
+    }
+}
+
 pub struct ChildProcess {
     process: Child,
     /// The child's `application_name` in PostgreSQL, to see its sessions.
@@ -39,11 +80,14 @@ pub struct ChildProcess {
     database_url: String,
     grpc_addr: Option<SocketAddr>,
     stderr: Arc<Mutex<Vec<String>>>,
+    /// The offset the child's clock was given, and the real time just before it started.
+    clock: ClockOffset,
+    started_at: DateTime<Utc>,
     _config: tempfile::NamedTempFile,
 }
 
-fn config_toml(app: &TestApp, session_name: &str, sweep: &ChildSweep) -> String {
-    let sweep = match sweep {
+fn config_toml(app: &TestApp, session_name: &str, spec: &ChildSpec) -> String {
+    let sweep = match &spec.sweep {
         ChildSweep::Off => "enabled = false".to_owned(),
         ChildSweep::EverySecond { batch_max, concurrency_max } => format!(
             "enabled = true\nschedule = \"* * * * * *\"\nbatch_max = {batch_max}\nconcurrency_max = {concurrency_max}"
@@ -62,7 +106,7 @@ url = "{database}?application_name={session_name}"
 [provider]
 api_key = "{SIM_API_KEY}"
 base_url = "{simulator}"
-call_timeout_ms = 1000
+call_timeout_ms = {call_timeout_ms}
 
 [charge]
 lease_ms = 60000
@@ -78,6 +122,7 @@ token_sha256 = "{token}"
         database = app.database.url,
         simulator = app.simulator.base_url(),
         token = hash_token(ORDERS_TOKEN),
+        call_timeout_ms = spec.call_timeout_ms,
     )
 }
 
@@ -100,6 +145,13 @@ fn drain(
     });
 }
 
+/// When a JSON log line says it was written (by the writer's clock).
+fn log_timestamp(line: &str) -> Option<DateTime<Utc>> {
+    let event: serde_json::Value = serde_json::from_str(line).ok()?;
+    let stamp = event.get("timestamp")?.as_str()?;
+    DateTime::parse_from_rfc3339(stamp).ok().map(|stamp| stamp.with_timezone(&Utc))
+}
+
 /// The gRPC address from the JSON log line `serve` writes once it listens.
 fn serving_addr(line: &str) -> Option<SocketAddr> {
     let event: serde_json::Value = serde_json::from_str(line).ok()?;
@@ -110,52 +162,88 @@ fn serving_addr(line: &str) -> Option<SocketAddr> {
 }
 
 impl ChildProcess {
-    /// Starts `chargeguard serve` with `failpoint` armed and waits until it listens.
-    pub async fn serve(app: &TestApp, failpoint: &str, sweep: ChildSweep) -> Self {
-        let mut child = Self::start(app, failpoint, sweep);
+    /// Starts `chargeguard serve` as `spec` says and waits until it listens.
+    pub async fn serve(app: &TestApp, spec: ChildSpec<'_>) -> Self {
+        let mut child = Self::start(app, &spec, &["serve"], Stdio::null());
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         drain(child.process.stderr.take().unwrap(), child.stderr.clone(), Some(ready_tx));
         match tokio::time::timeout(CHILD_WAIT_MAX, ready_rx).await {
             Ok(Ok(addr)) => child.grpc_addr = Some(addr),
             _ => panic!("chargeguard serve did not start:\n{}", child.log()),
         }
+        child.assert_clock();
         child
     }
 
-    /// Starts `chargeguard serve` with `failpoint` armed without waiting for it to listen (for
-    /// a child that reaches its crash point by itself).
-    pub fn serve_unattended(app: &TestApp, failpoint: &str, sweep: ChildSweep) -> Self {
-        let mut child = Self::start(app, failpoint, sweep);
+    /// Starts `chargeguard serve` as `spec` says without waiting for it to listen (for a child
+    /// that reaches its crash point by itself).
+    pub fn serve_unattended(app: &TestApp, spec: ChildSpec<'_>) -> Self {
+        let mut child = Self::start(app, &spec, &["serve"], Stdio::null());
         drain(child.process.stderr.take().unwrap(), child.stderr.clone(), None);
         child
     }
 
-    fn start(app: &TestApp, failpoint: &str, sweep: ChildSweep) -> Self {
+    /// Runs `chargeguard sweep --once` as `spec` says (its sweep section aside) to its end;
+    /// returns what it printed.
+    pub async fn sweep_once(app: &TestApp, spec: ChildSpec<'_>) -> String {
+        let mut child = Self::start(app, &spec, &["sweep", "--once"], Stdio::piped());
+        drain(child.process.stderr.take().unwrap(), child.stderr.clone(), None);
+        let mut stdout = child.process.stdout.take().unwrap();
+        let read = async {
+            let mut printed = String::new();
+            tokio::io::AsyncReadExt::read_to_string(&mut stdout, &mut printed).await.unwrap();
+            (printed, child.process.wait().await.unwrap())
+        };
+        let (printed, status) = match tokio::time::timeout(CHILD_WAIT_MAX, read).await {
+            Ok(done) => done,
+            Err(_) => panic!("sweep --once did not finish:\n{}", child.log()),
+        };
+        assert!(status.success(), "sweep --once: {status}\n{printed}\n{}", child.log());
+        child.assert_clock();
+        printed
+    }
+
+    /// The child's first log line is stamped with the clock it was given: a libfaketime that
+    /// failed to load would otherwise leave a "skewed" replica on the real clock unnoticed.
+    fn assert_clock(&self) {
+        let stamped = self.stderr.lock().unwrap().iter().find_map(|line| log_timestamp(line));
+        let stamped = stamped.unwrap_or_else(|| panic!("no timestamped log line:\n{}", self.log()));
+        let offset = chrono::Duration::seconds(self.clock.seconds());
+        let earliest = self.started_at + offset - CLOCK_CHECK_SLACK;
+        let latest = Utc::now() + offset + CLOCK_CHECK_SLACK;
+        assert!(
+            (earliest..=latest).contains(&stamped),
+            "the child's clock reads {stamped}, not the real time {} s off", self.clock.spec()
+        );
+    }
+
+    fn start(app: &TestApp, spec: &ChildSpec, subcommand: &[&str], stdout: Stdio) -> Self {
         let session_name = format!("chargeguard-child-{}", uuid::Uuid::new_v4().simple());
         let mut config = tempfile::NamedTempFile::new().unwrap();
-        config.write_all(config_toml(app, &session_name, &sweep).as_bytes()).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_chargeguard"));
-        for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("CHARGEGUARD_")) {
-            command.env_remove(name);
-        }
-        let process = command
+        config.write_all(config_toml(app, &session_name, spec).as_bytes()).unwrap();
+        let mut command = command(&std::env::temp_dir());
+        command
             .arg("--config")
             .arg(config.path())
-            .args(["--log-format", "json", "serve"])
-            .env("FAILPOINTS", format!("{failpoint}=return"))
+            .args(["--log-format", "json"])
+            .args(subcommand)
             .env("RUST_LOG", "info,sqlx=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the chargeguard binary starts");
+            .stdout(stdout)
+            .stderr(Stdio::piped());
+        if let Some(failpoint) = spec.failpoint {
+            command.env("FAILPOINTS", format!("{failpoint}=return"));
+        }
+        spec.clock.apply(&mut command);
+        let started_at = Utc::now();
+        let process = command.spawn().expect("the chargeguard binary starts");
         Self {
             process,
             session_name,
             database_url: app.database.url.clone(),
             grpc_addr: None,
             stderr: Arc::new(Mutex::new(Vec::new())),
+            clock: spec.clock,
+            started_at,
             _config: config,
         }
     }
@@ -175,6 +263,7 @@ impl ChildProcess {
             Err(_) => panic!("the child never reached its crash point:\n{}", self.log()),
         };
         assert_eq!(status.code(), Some(CRASH_EXIT_CODE), "child log:\n{}", self.log());
+        self.assert_clock();
         self.wait_for_sessions_to_end().await;
     }
 

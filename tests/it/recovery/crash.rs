@@ -1,30 +1,75 @@
 //! SEMANTICS.md's crash table, one test per row: a real `chargeguard serve` process stops at a
 //! crash point, then redelivery and/or the sweep (of the in-process app, another "replica" on the
 //! same database and provider) must finish what it left, with one charge per operation.
+//!
+//! Each row whose dying process wrote instants runs twice: with that process's clock correct,
+//! and with it 2 h fast (issue 14: no replica's clock may keep a key window open, or a lease
+//! alive, longer). The database lives in a private cluster whose clock `advance` moves with the
+//! app's and the simulator's, so the dead process's instants are judged against one world time
+//! whichever clock wrote them.
+
+use std::time::Duration;
 
 use chargeguard::clock::Clock;
 use chargeguard::domain::AttemptStatus;
 use chargeguard::grpc::proto::{AttemptStatus as ProtoStatus, ChargeOutcome};
 
-use super::child::{ChildProcess, ChildSweep};
+use super::child::{ChildProcess, ChildSpec, ChildSweep};
 use super::{
-    advance, assert_settled, creates_with_key, hours, minutes, seed_due_rows, stored,
-    sweep_until_idle,
+    advance, assert_settled, creates_with_key, minutes, seed_due_rows, stored, sweep_until_idle,
 };
+use crate::support::faketime::ClockOffset;
 use crate::support::{TestApp, charge_request, outcome_of, status_of};
 
+/// The dying process's clock in the skewed rows: 2 h fast.
+const FAST_CHILD_CLOCK: ClockOffset = ClockOffset::minutes(120);
+/// Past the provider's 24 h key retention, yet under 23 h (the safe window) to a clock 2 h fast:
+/// the jump at which a window counted by the dead process's clock would still look open.
+const PAST_THE_PROVIDER_RETENTION: Duration = Duration::from_secs(1_470 * 60);
+
+/// Instantiates each listed `async fn name(child_clock: ClockOffset)` as
+/// `crash::child_clock_correct::name` and `crash::child_clock_fast::name`; a test attribute
+/// written before a name replaces the default `#[tokio::test]`.
+macro_rules! with_child_clocks {
+    ($($(#[$attribute:meta])? $name:ident),+ $(,)?) => {
+        mod child_clock_correct {
+            $( with_child_clocks!(@test NONE, [$($attribute)?], $name); )+
+        }
+        mod child_clock_fast {
+            $( with_child_clocks!(@test FAST, [$($attribute)?], $name); )+
+        }
+    };
+    (@test $clock:ident, [], $name:ident) => {
+        with_child_clocks!(@test $clock, [tokio::test], $name);
+    };
+    (@test NONE, [$attribute:meta], $name:ident) => {
+        #[$attribute]
+        async fn $name() {
+            super::$name($crate::support::faketime::ClockOffset::NONE).await
+        }
+    };
+    (@test FAST, [$attribute:meta], $name:ident) => {
+        #[$attribute]
+        async fn $name() {
+            super::$name(super::FAST_CHILD_CLOCK).await
+        }
+    };
+}
+
 /// Runs `Charge` for `operation` in a child that stops at `failpoint` on the way.
-async fn crash_during_charge(app: &TestApp, failpoint: &str, operation: &str) {
-    let child = ChildProcess::serve(app, failpoint, ChildSweep::Off).await;
+async fn crash_during_charge(app: &TestApp, failpoint: &str, operation: &str, clock: ClockOffset) {
+    let spec = ChildSpec { clock, ..ChildSpec::crashing_at(failpoint) };
+    let child = ChildProcess::serve(app, spec).await;
     let lost = child.charge(charge_request(operation)).await;
     assert!(lost.is_err(), "the caller never hears from a process that died: {lost:?}");
     child.expect_crash().await;
 }
 
+// Nothing is written before this crash point, so no clock of the dead process can matter.
 #[tokio::test]
 async fn crash_before_the_pending_commit_leaves_nothing_and_the_retry_charges_once() {
-    let app = TestApp::spawn().await;
-    crash_during_charge(&app, "charge.before_pending_commit", "crash-1").await;
+    let app = TestApp::spawn_on_fake_clock().await;
+    crash_during_charge(&app, "charge.before_pending_commit", "crash-1", ClockOffset::NONE).await;
     assert_eq!(app.attempt_rows().await, 0, "nothing was recorded");
     assert!(app.sim().requests().await.unwrap().is_empty(), "nothing was sent");
     assert_eq!(app.orchestrator.try_sweep_once().await.unwrap().claimed, 0, "nothing to recover");
@@ -35,11 +80,12 @@ async fn crash_before_the_pending_commit_leaves_nothing_and_the_retry_charges_on
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1);
 }
 
-#[tokio::test]
-async fn crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_sweep() {
-    let app = TestApp::spawn().await;
+async fn crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_sweep(
+    child_clock: ClockOffset,
+) {
+    let app = TestApp::spawn_on_fake_clock().await;
     for operation in ["crash-2-redelivered", "crash-2-swept"] {
-        crash_during_charge(&app, "charge.after_pending_commit", operation).await;
+        crash_during_charge(&app, "charge.after_pending_commit", operation, child_clock).await;
         let attempt = stored(&app, operation).await;
         assert_eq!(attempt.status, AttemptStatus::Pending);
         assert!(attempt.lease.is_some(), "the dead process still holds its lease");
@@ -66,12 +112,13 @@ async fn crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_swee
     }
 }
 
-#[tokio::test]
-async fn crash_after_the_provider_charged_is_adopted_by_redelivery_or_by_the_sweep() {
-    let app = TestApp::spawn().await;
+async fn crash_after_the_provider_charged_is_adopted_by_redelivery_or_by_the_sweep(
+    child_clock: ClockOffset,
+) {
+    let app = TestApp::spawn_on_fake_clock().await;
     let operations = ["crash-3-redelivered", "crash-3-swept"];
     for operation in operations {
-        crash_during_charge(&app, "round.after_provider_call", operation).await;
+        crash_during_charge(&app, "round.after_provider_call", operation, child_clock).await;
         let attempt = stored(&app, operation).await;
         assert_eq!(attempt.status, AttemptStatus::Pending, "the result was never recorded");
         assert_eq!(attempt.provider_payment_id, None);
@@ -95,12 +142,13 @@ async fn crash_after_the_provider_charged_is_adopted_by_redelivery_or_by_the_swe
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2);
 }
 
-#[tokio::test]
-async fn crash_after_the_provider_charged_past_the_window_is_found_by_metadata() {
-    let app = TestApp::spawn().await;
-    crash_during_charge(&app, "round.after_provider_call", "crash-3-late").await;
+async fn crash_after_the_provider_charged_past_the_window_is_found_by_metadata(
+    child_clock: ClockOffset,
+) {
+    let app = TestApp::spawn_on_fake_clock().await;
+    crash_during_charge(&app, "round.after_provider_call", "crash-3-late", child_clock).await;
     let key = stored(&app, "crash-3-late").await.idempotency_key;
-    let jumped_at = advance(&app, hours(25)).await;
+    let jumped_at = advance(&app, PAST_THE_PROVIDER_RETENTION).await;
 
     let swept = sweep_until_idle(&app).await;
     assert_eq!((swept.claimed, swept.succeeded), (1, 1), "{swept}");
@@ -121,10 +169,11 @@ async fn crash_after_the_provider_charged_past_the_window_is_found_by_metadata()
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1);
 }
 
-#[tokio::test]
-async fn crash_after_the_result_is_recorded_answers_the_duplicate_from_the_record() {
-    let app = TestApp::spawn().await;
-    crash_during_charge(&app, "charge.after_record", "crash-4").await;
+async fn crash_after_the_result_is_recorded_answers_the_duplicate_from_the_record(
+    child_clock: ClockOffset,
+) {
+    let app = TestApp::spawn_on_fake_clock().await;
+    crash_during_charge(&app, "charge.after_record", "crash-4", child_clock).await;
     let recorded = stored(&app, "crash-4").await;
     assert_eq!(recorded.status, AttemptStatus::Succeeded);
 
@@ -145,19 +194,19 @@ async fn crash_after_the_result_is_recorded_answers_the_duplicate_from_the_recor
     assert_settled(&app, &["crash-4"]).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_leases() {
-    let app = TestApp::spawn().await;
+async fn a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_leases(
+    child_clock: ClockOffset,
+) {
+    let app = TestApp::spawn_on_fake_clock().await;
     let seeded = seed_due_rows(&app, "crash-5", 10).await;
     // The scheduled sweep inside `serve` picks the rows up and the process dies after the
     // first row it finishes, with others in flight.
-    ChildProcess::serve_unattended(
-        &app,
-        "sweep.mid_batch",
-        ChildSweep::EverySecond { batch_max: 10, concurrency_max: 4 },
-    )
-    .expect_crash()
-    .await;
+    let spec = ChildSpec {
+        sweep: ChildSweep::EverySecond { batch_max: 10, concurrency_max: 4 },
+        clock: child_clock,
+        ..ChildSpec::crashing_at("sweep.mid_batch")
+    };
+    ChildProcess::serve_unattended(&app, spec).expect_crash().await;
 
     let mut held = Vec::new();
     let mut finished = 0;
@@ -195,3 +244,12 @@ async fn a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_lea
     assert_settled(&app, &operations).await;
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), seeded.len());
 }
+
+with_child_clocks!(
+    crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_sweep,
+    crash_after_the_provider_charged_is_adopted_by_redelivery_or_by_the_sweep,
+    crash_after_the_provider_charged_past_the_window_is_found_by_metadata,
+    crash_after_the_result_is_recorded_answers_the_duplicate_from_the_record,
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_leases,
+);

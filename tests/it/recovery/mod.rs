@@ -6,6 +6,7 @@ mod concurrency;
 mod crash;
 mod key_window;
 mod outage;
+mod skew;
 
 use std::time::Duration;
 
@@ -15,7 +16,9 @@ use chrono::Duration as ChronoDuration;
 use chargeguard::grpc::proto::{self, GetAttemptRequest, get_attempt_request::Selector};
 use chargeguard::orchestrator::SweepOutcome;
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
+use chargeguard::grpc::proto::ChargeResponse;
 use futures::StreamExt;
+use tonic::Status;
 use uuid::Uuid;
 
 use crate::support::attempts::{insert_new, pending_attempt};
@@ -54,8 +57,12 @@ pub async fn metrics_text(app: &TestApp) -> String {
     reqwest::get(url).await.unwrap().text().await.unwrap()
 }
 
-/// Moves the service's clock and the simulator's together (whole seconds).
+/// Moves the service's clock and the simulator's together (whole seconds), and the database's
+/// where it lives in a cluster with a fake clock.
 pub async fn advance(app: &TestApp, by: Duration) -> i64 {
+    if let Some(cluster) = app.database.fake_clock() {
+        cluster.advance(by).await;
+    }
     app.clock.advance(chrono::Duration::from_std(by).unwrap());
     app.sim().advance_clock(by).await.unwrap()
 }
@@ -71,8 +78,24 @@ pub fn hours(count: u64) -> Duration {
 /// Calls `Charge` while the simulator answers the create with `fault`: the caller is told the
 /// outcome is unknown and the attempt stays pending (charged at the provider or not, by `fault`).
 pub async fn leave_pending(app: &TestApp, operation: &str, fault: FaultKind) -> Attempt {
+    fail_next_create(app, fault).await;
+    let answer = app.charge(charge_request(operation)).await;
+    expect_left_pending(app, operation, answer).await
+}
+
+/// The simulator answers the next create with `fault`.
+pub async fn fail_next_create(app: &TestApp, fault: FaultKind) {
     app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(fault, 1)).await.unwrap();
-    let error = app.charge(charge_request(operation)).await.unwrap_err();
+}
+
+/// Checks the answer to a `Charge` whose create failed by [`fail_next_create`] (through any
+/// replica): outcome unknown, the row pending with no provider object.
+pub async fn expect_left_pending(
+    app: &TestApp,
+    operation: &str,
+    answer: Result<ChargeResponse, Status>,
+) -> Attempt {
+    let error = answer.unwrap_err();
     assert_eq!(error_code(&error), "outcome_unknown", "{error:?}");
     let attempt = stored(app, operation).await;
     assert_eq!(attempt.status, AttemptStatus::Pending);

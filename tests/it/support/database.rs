@@ -11,6 +11,7 @@ use chargeguard::store::AttemptStore;
 use sqlx::{Connection, Executor, PgConnection};
 
 use super::Backend;
+use super::faketime::FakeClockCluster;
 
 /// Override with CHARGEGUARD_TEST_DATABASE_ADMIN_URL to test against another server.
 pub fn admin_url() -> String {
@@ -30,6 +31,9 @@ pub struct TestDatabase {
     pub url: String,
     /// Holds the SQLite file; removed (with the file) when the database is dropped.
     sqlite_dir: Option<tempfile::TempDir>,
+    /// The private cluster this database lives in, when its clock is the test's to move;
+    /// removed whole with the database.
+    fake_clock: Option<FakeClockCluster>,
 }
 
 static LEFTOVERS_DROPPED: OnceLock<()> = OnceLock::new();
@@ -58,7 +62,25 @@ impl TestDatabase {
         admin.execute(format!(r#"CREATE DATABASE "{name}""#).as_str()).await.expect("create test database");
         let base = admin_url();
         let url = format!("{}/{name}", base.rsplit_once('/').expect("url has a database").0);
-        Self { backend: Backend::Postgres, name, url, sqlite_dir: None }
+        Self { backend: Backend::Postgres, name, url, sqlite_dir: None, fake_clock: None }
+    }
+
+    /// A fresh PostgreSQL database in a cluster of its own whose clock the test moves
+    /// ([`Self::fake_clock`]); it starts at the real time.
+    pub async fn create_on_fake_clock() -> Self {
+        let cluster = FakeClockCluster::start().await;
+        let name = "chargeguard".to_owned();
+        let mut admin = PgConnection::connect(&cluster.admin_url()).await.expect("private cluster accepts connections");
+        admin.execute(format!(r#"CREATE DATABASE "{name}""#).as_str()).await.expect("create test database");
+        let _ = admin.close().await;
+        let url = cluster.url(&name);
+        Self { backend: Backend::Postgres, name, url, sqlite_dir: None, fake_clock: Some(cluster) }
+    }
+
+    /// The cluster whose clock this database reads, for databases made by
+    /// [`Self::create_on_fake_clock`].
+    pub fn fake_clock(&self) -> Option<&FakeClockCluster> {
+        self.fake_clock.as_ref()
     }
 
     /// Only the directory: the app creates the file, as it does on a first run.
@@ -66,7 +88,7 @@ impl TestDatabase {
         let dir = tempfile::Builder::new().prefix("cg_it_sqlite_").tempdir().expect("temporary directory");
         let path = dir.path().join(SQLITE_FILE);
         let name = path.display().to_string();
-        Self { backend: Backend::Sqlite, url: format!("sqlite://{name}"), name, sqlite_dir: Some(dir) }
+        Self { backend: Backend::Sqlite, url: format!("sqlite://{name}"), name, sqlite_dir: Some(dir), fake_clock: None }
     }
 
     /// The SQLite file, for SQLite databases.
@@ -146,7 +168,8 @@ async fn drop_leftovers(admin: &mut PgConnection) {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        if self.backend != Backend::Postgres {
+        // A private cluster is removed whole, this database with it.
+        if self.backend != Backend::Postgres || self.fake_clock.is_some() {
             return;
         }
         let name = self.name.clone();

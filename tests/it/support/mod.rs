@@ -8,6 +8,7 @@
 pub mod attempts;
 mod backend;
 pub mod database;
+pub mod faketime;
 pub mod health;
 
 use std::sync::Arc;
@@ -98,6 +99,14 @@ impl TestApp {
         Self::spawn_backend_with(Backend::Postgres, customize).await
     }
 
+    /// On PostgreSQL, in a private cluster whose clock the test moves
+    /// (`database.fake_clock()`); the simulator's clock is moved apart, by its control.
+    pub async fn spawn_on_fake_clock() -> Self {
+        let simulator = spawn_simulator(SimulatorConfig::default()).await;
+        let database = TestDatabase::create_on_fake_clock().await;
+        Self::spawn_on(database, simulator, |_| {}).await
+    }
+
     pub async fn spawn_backend(backend: Backend) -> Self {
         Self::spawn_backend_with(backend, |_| {}).await
     }
@@ -116,7 +125,11 @@ impl TestApp {
         let mut config = test_config(&database.url, &simulator.base_url());
         database.configure(&mut config);
         customize(&mut config);
-        let clock = Arc::new(OffsetClock::default());
+        // A private cluster's clock is moved for real; the shared database's moves with ours.
+        let clock = Arc::new(match database.fake_clock() {
+            Some(_) => OffsetClock::beside_a_moving_database(),
+            None => OffsetClock::default(),
+        });
         let app = Application::build(config, clock.clone()).await.expect("application builds");
         let grpc_addr = app.grpc_addr();
         let http_addr = app.http_addr();
