@@ -26,8 +26,8 @@ pub use operation::{ConsumerName, OperationKey};
 pub use provider_payment::{PaymentSnapshot, ProviderPaymentStatus, Resolution, resolve_snapshot};
 pub use provider_refund::RefundSnapshot;
 pub use recovery::{
-    KeyWindow, LookupResolution, PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step,
-    resolve_lookup,
+    CLOCK_SKEW_TOLERANCE, KeyWindow, LookupResolution, PROVIDER_KEY_RETENTION, RecoveryStep,
+    choose_recovery_step, resolve_lookup,
 };
 
 /// Why a value from outside could not become a domain value. `field` names the request field.
