@@ -17,9 +17,9 @@ use crate::webhook::{RetentionSettings, WebhookSettings, WorkerSettings};
 
 /// `server.grpc_request_bytes_max` by default: 4 MiB, tonic's own decode limit.
 pub const GRPC_REQUEST_BYTES_DEFAULT: usize = 4 * 1024 * 1024;
-/// Bounds of `server.grpc_request_bytes_max`. The floor is far above the largest valid `Charge`
-/// (metadata and description are bounded in `domain`, a few KiB); the ceiling keeps one
-/// request from holding a large share of memory while it is decoded.
+/// Bounds of `server.grpc_request_bytes_max`. The floor is above the largest valid `Charge`
+/// (metadata and description are bounded in `domain`: under 32 KiB in all); the ceiling keeps
+/// one request from holding a large share of memory while it is decoded.
 const GRPC_REQUEST_BYTES_RANGE: std::ops::RangeInclusive<usize> = 65_536..=64 * 1024 * 1024;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
