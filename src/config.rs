@@ -10,10 +10,17 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::KeyWindow;
+use crate::domain::{CLOCK_SKEW_TOLERANCE, KeyWindow, PROVIDER_KEY_RETENTION};
 use crate::orchestrator::{OrchestratorSettings, OutcomeCacheSettings, SweepSettings};
 use crate::secret::Secret;
 use crate::webhook::{RetentionSettings, WebhookSettings, WorkerSettings};
+
+/// `server.grpc_request_bytes_max` by default: 4 MiB, tonic's own decode limit.
+pub const GRPC_REQUEST_BYTES_DEFAULT: usize = 4 * 1024 * 1024;
+/// Bounds of `server.grpc_request_bytes_max`. The floor is above the largest valid `Charge`
+/// (metadata and description are bounded in `domain`: under 32 KiB in all); the ceiling keeps
+/// one request from holding a large share of memory while it is decoded.
+const GRPC_REQUEST_BYTES_RANGE: std::ops::RangeInclusive<usize> = 65_536..=64 * 1024 * 1024;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -41,6 +48,9 @@ pub struct ServerConfig {
     /// Upper bound on one gRPC request, end to end.
     pub request_timeout_ms: u64,
     pub concurrent_requests_max: usize,
+    /// Largest gRPC request message accepted (tonic's decode limit, set on every service);
+    /// larger ones are refused with `request_too_large` before anything is read into a call.
+    pub grpc_request_bytes_max: usize,
     /// How long shutdown waits for in-flight calls.
     pub shutdown_grace_ms: u64,
 }
@@ -248,6 +258,8 @@ impl Default for ServerConfig {
             http_listen: "127.0.0.1:8080".parse().expect("literal address"),
             request_timeout_ms: 30_000,
             concurrent_requests_max: 1024,
+            // tonic's own default, now chosen rather than inherited.
+            grpc_request_bytes_max: GRPC_REQUEST_BYTES_DEFAULT,
             shutdown_grace_ms: 20_000,
         }
     }
@@ -382,7 +394,10 @@ impl Config {
         check(charge.lease_ms <= 3_600_000, "charge.lease_ms must be at most one hour");
         check(charge.concurrent_wait_ms <= 60_000, "charge.concurrent_wait_ms must be at most 60000");
         check(charge.recovery_grace_ms >= charge.lease_ms, "charge.recovery_grace_ms must be at least charge.lease_ms, so recovery never races a live call");
-        check((60..24 * 60).contains(&charge.key_window_safe_minutes), "charge.key_window_safe_minutes must be 60-1439: Stripe forgets keys after 24 hours");
+        check(charge.key_window_safe_minutes >= 60, "charge.key_window_safe_minutes must be at least 60");
+        if let Err(problem) = key_window_fits_retention(charge.key_window_safe_minutes, provider.call_timeout_ms) {
+            check(false, &problem);
+        }
         check(charge.recheck_backoff_base_ms >= 100, "charge.recheck_backoff_base_ms must be at least 100");
         check(charge.recheck_backoff_max_ms >= charge.recheck_backoff_base_ms, "charge.recheck_backoff_max_ms must be at least the base");
         check(charge.requires_action_age_max_minutes >= 5, "charge.requires_action_age_max_minutes must be at least 5");
@@ -393,6 +408,14 @@ impl Config {
         check(charge.outcome_cache_bytes_max <= 1 << 30, "charge.outcome_cache_bytes_max must be at most 1073741824 (1 GiB)");
         check(self.server.request_timeout_ms >= 1_000, "server.request_timeout_ms must be at least 1000");
         check(self.server.concurrent_requests_max >= 1, "server.concurrent_requests_max must be at least 1");
+        check(
+            GRPC_REQUEST_BYTES_RANGE.contains(&self.server.grpc_request_bytes_max),
+            &format!(
+                "server.grpc_request_bytes_max must be {}-{}",
+                GRPC_REQUEST_BYTES_RANGE.start(),
+                GRPC_REQUEST_BYTES_RANGE.end()
+            ),
+        );
         check(
             provider.base_url.is_none() || provider.api_key.is_some(),
             "provider.base_url is set but provider.api_key is not: set both, or neither to use the built-in simulator",
@@ -425,6 +448,7 @@ impl Config {
             check(hash_ok, &format!("consumers: token_sha256 of {:?} must be 64 lowercase hex digits", consumer.name));
         }
         self.validate_report(&mut problems);
+        self.validate_identities(&mut problems);
         if problems.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(problems)) }
     }
 
@@ -449,16 +473,41 @@ impl Config {
         check((1_000..=3_600_000).contains(&report.statement_timeout_ms), "report.statement_timeout_ms must be 1000-3600000");
         check((1..=3_660).contains(&report.period_days_max), "report.period_days_max must be 1-3660");
         check(report.abandoned_run_minutes >= 60, "report.abandoned_run_minutes must be at least 60");
-        let mut token_hashes: std::collections::HashSet<&str> =
-            self.consumers.iter().map(|consumer| consumer.token_sha256.as_str()).collect();
         for operator in &self.operators {
             check(crate::domain::ConsumerName::parse(&operator.name).is_ok(), &format!("operators: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", operator.name));
             let hash_ok = operator.token_sha256.len() == 64
                 && operator.token_sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
             check(hash_ok, &format!("operators: token_sha256 of {:?} must be 64 lowercase hex digits", operator.name));
-            // One token, one identity: a token shared with a consumer (or another operator)
-            // would make the caller's role depend on lookup order.
-            check(token_hashes.insert(&operator.token_sha256), &format!("operators: the token of {:?} is already used by another consumer or operator", operator.name));
+        }
+    }
+
+    /// One token, one identity; one name, one consumer. A token hash on two entries makes one
+    /// caller act as the other (the authenticators keep whichever entry they read last), and two
+    /// consumers of one name share one key space: either way one caller's charge could be
+    /// answered with another's. Problems name the entries, never a hash.
+    fn validate_identities(&self, problems: &mut Vec<String>) {
+        let consumers = self.consumers.iter().map(|consumer| ("consumer", consumer.name.as_str(), consumer.token_sha256.as_str()));
+        let operators = self.operators.iter().map(|operator| ("operator", operator.name.as_str(), operator.token_sha256.as_str()));
+        // Authentication compares lowercase hashes, so `AB…` and `ab…` are the same token.
+        let mut first_by_hash: std::collections::HashMap<String, (&str, &str)> = std::collections::HashMap::new();
+        for (kind, name, hash) in consumers.chain(operators) {
+            match first_by_hash.entry(hash.to_ascii_lowercase()) {
+                std::collections::hash_map::Entry::Occupied(first) => {
+                    let (first_kind, first_name) = *first.get();
+                    problems.push(format!(
+                        "{kind}s: {name:?} has the same token_sha256 as {first_kind} {first_name:?}: every consumer and operator needs its own token"
+                    ));
+                }
+                std::collections::hash_map::Entry::Vacant(vacant) => {
+                    vacant.insert((kind, name));
+                }
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for consumer in &self.consumers {
+            if !names.insert(consumer.name.as_str()) {
+                problems.push(format!("consumers: {:?} is listed twice: two consumers of one name share one key space", consumer.name));
+            }
         }
     }
 
@@ -512,6 +561,38 @@ impl Config {
     }
 }
 
+/// The key window's bound. A re-send is decided while the key's age, read on the deciding
+/// replica's clock, is under the safe window; that clock may run up to the skew tolerance behind
+/// the clock that stamped the window's start (`KeyWindow::is_open` accepts that much) and the
+/// create may still reach the provider up to one call timeout after the decision. All three must
+/// fit in the provider's retention, or a re-send could find its key forgotten and charge again.
+/// Only a create counts: the lookups of a past-window round (search, list, retrieve) carry no
+/// idempotency key, so however many calls a round makes, the key itself travels in one call.
+fn key_window_fits_retention(safe_minutes: u64, call_timeout_ms: u64) -> Result<(), String> {
+    let safe_ms = safe_minutes.saturating_mul(60_000);
+    let skew_ms = CLOCK_SKEW_TOLERANCE.num_milliseconds().unsigned_abs();
+    let retention_ms = PROVIDER_KEY_RETENTION.num_milliseconds().unsigned_abs();
+    let sum_ms = safe_ms.saturating_add(skew_ms).saturating_add(call_timeout_ms);
+    if sum_ms < retention_ms {
+        return Ok(());
+    }
+    Err(format!(
+        "charge.key_window_safe_minutes ({safe_minutes} min) + the clock skew tolerance ({} min) + provider.call_timeout_ms ({call_timeout_ms} ms) \
+         = {}, which must stay under the provider's key retention ({} = {} h): a re-send could reach the provider after it forgot the key, and charge again",
+        skew_ms / 60_000,
+        seconds(sum_ms),
+        seconds(retention_ms),
+        retention_ms / 3_600_000,
+    ))
+}
+
+/// `86410 s`, or `86400.5 s` when the milliseconds do not make whole seconds.
+fn seconds(ms: u64) -> String {
+    let fraction = format!("{:03}", ms % 1_000);
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() { format!("{} s", ms / 1_000) } else { format!("{}.{fraction} s", ms / 1_000) }
+}
+
 /// One line per problem, each naming the option and where its value came from: the file, or the
 /// exact environment variable (figment alone says "CHARGE.LEASE_MS in `CHARGEGUARD_` …").
 fn describe_load_error(error: figment::Error) -> String {
@@ -557,7 +638,7 @@ mod tests {
             ..Config::default()
         };
         let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
-        assert!(problems.iter().any(|p| p.contains("\"finance\" is already used")), "{problems:?}");
+        assert!(problems.iter().any(|p| p.contains("operators: \"finance\" has the same token_sha256 as consumer \"orders\"")), "{problems:?}");
         assert!(problems.iter().any(|p| p.contains("token_sha256 of \"admin\"")), "{problems:?}");
     }
 

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::grpc::{Authenticator, Operators, PaymentsService, ReportsService, proto};
+use crate::grpc::{Authenticator, Operators, PaymentsService, ReportsService, proto, request_size_layer};
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
 use crate::report::{ReportSettings, Reporter};
@@ -138,10 +138,17 @@ impl Application {
             .build_v1()
             .context("building the reflection service")?;
         let authenticator = Authenticator::from_config(&core.config.consumers)?;
+        // Every service gets the same decode limit on purpose, so the refusal can name it.
+        let request_bytes_max = core.config.server.grpc_request_bytes_max;
+        let health_service = health_service.max_decoding_message_size(request_bytes_max);
+        let reflection = reflection.max_decoding_message_size(request_bytes_max);
         let reports =
             ReportsService::new(core.reporter.clone(), Operators::from_config(&core.config.operators), authenticator.clone())
-                .into_server();
-        let payments = PaymentsService::new(core.orchestrator.clone(), authenticator).into_server();
+                .into_server()
+                .max_decoding_message_size(request_bytes_max);
+        let payments = PaymentsService::new(core.orchestrator.clone(), authenticator)
+            .into_server()
+            .max_decoding_message_size(request_bytes_max);
 
         let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
         let shutdown = self.shutdown.clone();
@@ -210,6 +217,7 @@ impl Application {
         let grpc = tonic::transport::Server::builder()
             .timeout(Duration::from_millis(core.config.server.request_timeout_ms))
             .concurrency_limit_per_connection(core.config.server.concurrent_requests_max)
+            .layer(request_size_layer(request_bytes_max))
             .add_service(health_service)
             .add_service(reflection)
             .add_service(payments)

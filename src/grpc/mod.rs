@@ -5,11 +5,13 @@ mod auth;
 mod convert;
 mod payments;
 mod reports;
+mod request_size;
 mod status;
 
 pub use auth::{Authenticator, hash_token};
 pub use payments::PaymentsService;
 pub use reports::{Operators, ReportsService};
+pub use request_size::request_size_layer;
 
 /// The generated code of `proto/chargeguard/v1/` (payments.proto, reports.proto).
 pub mod proto {

@@ -24,6 +24,16 @@ pub fn invalid_field(error: InvalidField) -> Status {
     status(Code::InvalidArgument, "invalid_argument", format!("invalid {}: {}", error.field, error.reason), None)
 }
 
+/// A request message over `server.grpc_request_bytes_max`, refused while it was decoded: no
+/// handler ran, so nothing was written or charged.
+pub fn request_too_large(limit_bytes: usize, found_bytes: u64) -> Status {
+    let message = format!(
+        "the request message is {found_bytes} bytes, over the limit of {limit_bytes} bytes \
+         (server.grpc_request_bytes_max); nothing was written or charged"
+    );
+    status(Code::ResourceExhausted, "request_too_large", message, None)
+}
+
 pub fn unauthenticated(error: AuthError) -> Status {
     status(Code::Unauthenticated, "unauthenticated", error.to_string(), None)
 }

@@ -1,14 +1,17 @@
 //! Provider webhooks: the endpoint verifies and stores (`route`, `signature`, `event`), the
-//! worker applies at its own pace (`worker`, `decision`), retention prunes (`retention`).
+//! worker applies at its own pace (`worker`, `decision`), `gauges` show whether it keeps up,
+//! retention prunes (`retention`).
 //!
 //! ```text
 //! Stripe ──POST──▶ route: verify ─▶ insert inbox row (by event id) ─▶ 200
 //!                  worker: claim batch ─▶ decide ─▶ settle (dedup + guarded update + mark), one tx
+//!                  gauges: inbox depth and oldest age, every few seconds, drained or not
 //!                  retention: delete processed rows older than retention, in batches
 //! ```
 
 pub mod decision;
 pub mod event;
+pub mod gauges;
 pub mod retention;
 pub mod route;
 pub mod signature;
@@ -25,6 +28,7 @@ use crate::orchestrator::OutcomeCache;
 use crate::secret::Secret;
 use crate::store::InboxStore;
 
+pub use gauges::InboxGauges;
 pub use retention::{Retention, RetentionSettings};
 pub use signature::Verifier;
 pub use worker::{BatchReport, DrainOutcome, InboxWorker, WorkerSettings};
@@ -65,6 +69,10 @@ impl Webhooks {
         InboxWorker::new(self.store.clone(), self.clock.clone(), self.settings.worker, self.outcomes.clone())
     }
 
+    pub fn gauges(&self) -> InboxGauges {
+        InboxGauges::new(self.store.clone(), self.clock.clone())
+    }
+
     pub fn retention(&self) -> Retention {
         Retention::new(
             self.store.clone(),
@@ -95,10 +103,12 @@ impl Webhooks {
         route::router(state, self.settings.body_bytes_max)
     }
 
-    /// Starts the worker and the retention job; both stop when `shutdown` is cancelled.
+    /// Starts the worker, the inbox gauges and the retention job; all stop when `shutdown` is
+    /// cancelled.
     pub fn spawn_jobs(&self, shutdown: &CancellationToken) -> Vec<JoinHandle<()>> {
         vec![
             tokio::spawn(self.worker().run(shutdown.clone())),
+            tokio::spawn(self.gauges().run(shutdown.clone())),
             tokio::spawn(self.retention().run(shutdown.clone())),
         ]
     }

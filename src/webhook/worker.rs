@@ -100,7 +100,6 @@ impl InboxWorker {
             .claim_events(claim, now, self.settings.batch_max)
             .await?;
         if events.is_empty() {
-            self.observe_depth().await?;
             return Ok(DrainOutcome::EmptyInbox);
         }
         let mut report = BatchReport::default();
@@ -120,8 +119,8 @@ impl InboxWorker {
                     report.claims_lost += 1;
                 }
                 // A row that breaks the schema's rules will not read better on the next try:
-                // leave this event claimed (it comes back after the claim, and the age gauge
-                // shows it) and go on with the batch rather than let it block the inbox.
+                // leave this event claimed (it comes back after the claim, and the age gauge,
+                // `gauges.rs`, shows it) and go on with the batch rather than let it block the inbox.
                 Err(StoreError::Corrupt(error)) => {
                     tracing::error!(event_id = %event.event_id, %error, "webhook event not settled");
                     metrics::counter!("chargeguard_webhook_settle_errors_total").increment(1);
@@ -131,7 +130,6 @@ impl InboxWorker {
             }
             crate::failpoints::crash_point("webhook.mid_batch");
         }
-        self.observe_depth().await?;
         Ok(DrainOutcome::Batch(report))
     }
 
@@ -179,18 +177,6 @@ impl InboxWorker {
                 Ok((settlement, attempt))
             }
         }
-    }
-
-    /// The alert gauges: an inbox that stops draining is an outage that looks like silence.
-    async fn observe_depth(&self) -> Result<(), StoreError> {
-        let stats = self.store.inbox_stats().await?;
-        let age_seconds = stats
-            .oldest_unprocessed_received_at
-            .map(|oldest| (self.clock.now() - oldest).num_milliseconds().max(0) as f64 / 1_000.0)
-            .unwrap_or(0.0);
-        metrics::gauge!("chargeguard_webhook_inbox_depth").set(stats.unprocessed as f64);
-        metrics::gauge!("chargeguard_webhook_inbox_oldest_age_seconds").set(age_seconds);
-        Ok(())
     }
 
     /// Every `interval`, drains until the inbox is empty (bounded per tick). Stops between

@@ -223,6 +223,37 @@ async fn each_invalid_field_is_named_and_nothing_is_written_or_charged(backend: 
     assert!(app.sim().requests().await.unwrap().is_empty(), "nothing sent to the provider");
 }
 
+/// The decode limit is refused with chargeguard's own code, naming the option, its value and the
+/// request's size, before any handler runs; a request under it reaches the handler.
+async fn a_request_over_the_size_limit_is_refused_by_name_and_nothing_is_written_or_charged(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
+    let mut huge = charge_request("order-huge:charge");
+    huge.description = Some("d".repeat(5_000_000));
+    let error = app.charge(huge).await.unwrap_err();
+    assert_eq!((error.code(), error_code(&error).as_str()), (Code::ResourceExhausted, "request_too_large"), "{error:?}");
+    assert!(
+        error.message().starts_with("the request message is 50000")
+            && error.message().contains("over the limit of 4194304 bytes (server.grpc_request_bytes_max); nothing was written or charged"),
+        "{}",
+        error.message()
+    );
+    let mut large = charge_request("order-large:charge");
+    large.description = Some("d".repeat(1_000_000));
+    let under_the_limit = app.charge(large).await.unwrap_err();
+    assert_eq!(error_code(&under_the_limit), "invalid_argument", "read and validated: {under_the_limit:?}");
+    assert_eq!(app.attempt_rows().await, 0, "nothing written");
+    assert!(app.creates().await.is_empty(), "nothing sent to the provider");
+
+    let small_limit = TestApp::spawn_backend_with(backend, |config| config.server.grpc_request_bytes_max = 65_536).await;
+    let mut large = charge_request("order-large:charge");
+    large.description = Some("d".repeat(100_000));
+    let error = small_limit.charge(large).await.unwrap_err();
+    assert_eq!(error_code(&error), "request_too_large", "{error:?}");
+    assert!(error.message().contains("over the limit of 65536 bytes"), "{}", error.message());
+    assert_eq!(small_limit.attempt_rows().await, 0);
+    small_limit.charge(charge_request("order-small:charge")).await.expect("a normal request still passes");
+}
+
 async fn attempts_are_listed_newest_first_in_bounded_pages(backend: Backend) {
     let app = TestApp::spawn_backend(backend).await;
     for index in 0..5 {
@@ -285,5 +316,6 @@ on_both_backends!(
     authentication_required_leaves_the_attempt_waiting_for_the_customer,
     callers_must_authenticate_and_see_only_their_own_attempts,
     each_invalid_field_is_named_and_nothing_is_written_or_charged,
+    a_request_over_the_size_limit_is_refused_by_name_and_nothing_is_written_or_charged,
     attempts_are_listed_newest_first_in_bounded_pages,
 );

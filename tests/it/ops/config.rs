@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use chargeguard::config::{Config, ConsumerConfig, OperatorConfig, OperatorRole};
+use chargeguard::grpc::hash_token;
 use serde_json::Value;
 
 use super::process::{command, failed_start, write_config};
@@ -178,4 +179,74 @@ async fn options_out_of_bounds_are_listed_together_at_start() {
         stderr.contains("charge.lease_ms") && stderr.contains("charge.key_window_safe_minutes"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn a_token_or_a_consumer_name_used_twice_stops_serve_naming_both_entries() {
+    let shared = hash_token("shared-token-0123456789");
+    let entry = |section: &str, name: &str, hash: &str, role: &str| {
+        format!("[[{section}]]\nname = \"{name}\"\ntoken_sha256 = \"{hash}\"\n{role}")
+    };
+    let toml = [
+        entry("consumers", "orders", &shared, ""),
+        // Authentication compares lowercase hashes: the same token however it is written.
+        entry("consumers", "billing", &shared.to_ascii_uppercase(), ""),
+        entry("consumers", "orders", &hash_token("another-token-0123456789"), ""),
+        entry("operators", "finance", &shared, "role = \"finance\"\n"),
+    ]
+    .concat();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &toml);
+    let stderr = failed_start(command(dir.path()), &["--config", config.to_str().unwrap()]).await;
+    for problem in [
+        "consumers: \"billing\" has the same token_sha256 as consumer \"orders\": every consumer and operator needs its own token",
+        "operators: \"finance\" has the same token_sha256 as consumer \"orders\": every consumer and operator needs its own token",
+        "consumers: \"orders\" is listed twice: two consumers of one name share one key space",
+    ] {
+        assert!(stderr.contains(problem), "{problem:?} in:\n{stderr}");
+    }
+    assert!(
+        !stderr.to_ascii_lowercase().contains(&shared),
+        "the hash is never shown: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_key_window_that_could_outlive_the_providers_retention_stops_serve_with_the_sum() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = command(dir.path());
+    serve.env("CHARGEGUARD_CHARGE__KEY_WINDOW_SAFE_MINUTES", "1435");
+    let stderr = failed_start(serve, &[]).await;
+    let problem = "charge.key_window_safe_minutes (1435 min) + the clock skew tolerance (5 min) \
+                   + provider.call_timeout_ms (10000 ms) = 86410 s, which must stay under the \
+                   provider's key retention (86400 s = 24 h): a re-send could reach the provider \
+                   after it forgot the key, and charge again";
+    assert!(stderr.contains(problem), "{problem:?} in:\n{stderr}");
+}
+
+#[test]
+fn the_largest_key_window_leaves_room_for_skew_and_one_call() {
+    let with = |safe_minutes: u64, call_timeout_ms: u64| {
+        let mut config = Config::default();
+        config.charge.key_window_safe_minutes = safe_minutes;
+        config.provider.call_timeout_ms = call_timeout_ms;
+        // What a long call timeout asks of the options bounded by it.
+        config.charge.lease_ms = call_timeout_ms * 2 + config.database.statement_timeout_ms + 1;
+        config.charge.recovery_grace_ms = config.charge.lease_ms;
+        config.server.shutdown_grace_ms = call_timeout_ms + 1;
+        config.validate()
+    };
+    // 1434 min + 5 min + 10 s is 23 h 59 min 10 s.
+    with(1_434, 10_000).expect("the largest window with the default call timeout");
+    with(1_435, 10_000).unwrap_err();
+    // The longest call allowed (5 min) takes five minutes off the window.
+    with(1_429, 300_000).expect("the largest window with the longest call timeout");
+    let refused = with(1_430, 300_000).unwrap_err().to_string();
+    assert!(
+        refused.contains("(1430 min) + the clock skew tolerance (5 min) + provider.call_timeout_ms (300000 ms) = 86400 s"),
+        "{refused}"
+    );
+    // A call timeout in milliseconds is summed exactly.
+    let refused = with(1_434, 60_500).unwrap_err().to_string();
+    assert!(refused.contains("(60500 ms) = 86400.5 s"), "{refused}");
 }

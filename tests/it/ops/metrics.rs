@@ -1,6 +1,15 @@
 //! `/metrics` on the HTTP port, in the Prometheus text format.
 
-use crate::support::{TestApp, charge_request};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use chargeguard::clock::{Clock, SystemClock};
+use chargeguard::secret::Secret;
+use chargeguard::webhook::gauges::INBOX_GAUGES_INTERVAL;
+use chargeguard::webhook::signature::sign;
+
+use super::process::{ServeProcess, command};
+use crate::support::{TestApp, TestDatabase, charge_request};
 
 /// The value of `chargeguard_charges_total{outcome="…"}`, if the series exists.
 fn charges_total(text: &str, outcome: &str) -> Option<f64> {
@@ -50,4 +59,70 @@ async fn metrics_count_charge_outcomes() {
     let hits = series_value(&text, "chargeguard_outcome_cache_lookups_total{result=\"hit\"} ")
         .unwrap_or_else(|| panic!("no outcome cache hit series in:\n{text}"));
     assert!(hits >= 2.0, "hits: {hits}");
+}
+
+const WEBHOOK_SECRET: &str = "whsec_inbox_gauges_test";
+/// How long a poll waits for a gauge to show a new reading: a few of the gauges' periods.
+const GAUGE_WAIT_MAX: Duration = Duration::from_secs(4 * INBOX_GAUGES_INTERVAL.as_secs());
+
+/// Polls `/metrics` until `done(depth, oldest age)` holds; panics with the last text past
+/// `GAUGE_WAIT_MAX`.
+async fn wait_for_inbox_gauges(http_addr: SocketAddr, done: impl Fn(f64, f64) -> bool) -> (f64, f64) {
+    let deadline = tokio::time::Instant::now() + GAUGE_WAIT_MAX;
+    loop {
+        let text = reqwest::get(format!("http://{http_addr}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let depth = series_value(&text, "chargeguard_webhook_inbox_depth ");
+        let age = series_value(&text, "chargeguard_webhook_inbox_oldest_age_seconds ");
+        if let (Some(depth), Some(age)) = (depth, age)
+            && done(depth, age)
+        {
+            return (depth, age);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "inbox gauges never got there:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A process of its own, so that its gauges are nobody else's (one recorder per process).
+#[tokio::test]
+async fn inbox_gauges_keep_counting_while_the_worker_drains_nothing() {
+    let database = TestDatabase::create().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = command(dir.path());
+    serve
+        .env("CHARGEGUARD_DATABASE__URL", &database.url)
+        .env("CHARGEGUARD_WEBHOOKS__SECRETS", format!("[\"{WEBHOOK_SECRET}\"]"))
+        // The worker's first tick is an hour away: nothing is drained during this test.
+        .env("CHARGEGUARD_WEBHOOKS__WORKER_INTERVAL_MS", "3600000");
+    let mut server = ServeProcess::start(serve, &[]);
+    server.wait_ready().await;
+
+    let now = SystemClock.now().timestamp();
+    let body = serde_json::json!({
+        "id": "evt_inbox_gauges", "object": "event", "type": "customer.created", "created": now,
+        "data": {"object": {"id": "cus_inbox_gauges", "object": "customer"}},
+    })
+    .to_string();
+    let stored = reqwest::Client::new()
+        .post(format!("http://{}/webhooks/stripe", server.http_addr))
+        .header("content-type", "application/json")
+        .header("stripe-signature", sign(&Secret::new(WEBHOOK_SECRET), now, body.as_bytes()))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert!(stored.status().is_success(), "{stored:?}");
+
+    let (_, first_age) = wait_for_inbox_gauges(server.http_addr, |depth, _| depth == 1.0).await;
+    let (depth, later_age) =
+        wait_for_inbox_gauges(server.http_addr, |_, age| age >= first_age + 1.0).await;
+    assert_eq!(depth, 1.0, "still waiting: the worker never ran; age {first_age} s, then {later_age} s");
 }

@@ -131,10 +131,16 @@ impl ServeProcess {
     }
 }
 
+/// How long a refused start may take to exit: configuration is checked before anything starts,
+/// so this only bounds a start that was not refused (it would serve until killed).
+const FAILED_START_WAIT_MAX: Duration = Duration::from_secs(60);
+
 /// Runs `serve` expecting it to refuse to start; returns its stderr.
 pub async fn failed_start(command: Command, global_args: &[&str]) -> String {
     let mut server = ServeProcess::start(command, global_args);
-    let exit = server.wait_exit().await;
+    let Ok(exit) = tokio::time::timeout(FAILED_START_WAIT_MAX, server.wait_exit()).await else {
+        panic!("serve did not refuse to start; stderr:\n{}", server.stderr());
+    };
     let stderr = server.stderr();
     assert!(!exit.success(), "serve started; stderr:\n{stderr}");
     stderr
