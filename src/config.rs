@@ -304,7 +304,7 @@ impl Default for ChargeConfig {
             recheck_backoff_base_ms: 30_000,
             recheck_backoff_max_ms: 3_600_000,
             requires_action_age_max_minutes: 24 * 60,
-            lookup_slack_minutes: 10,
+            lookup_slack_minutes: 1,
             list_page_size_default: 50,
             list_page_size_max: 500,
             outcome_cache_ttl_ms: 10_000,

@@ -188,7 +188,11 @@ pub async fn attempt(args: AttemptArgs) -> ExitCode {
     match args.command {
         AttemptCommand::Get(args) => get(args).await,
         AttemptCommand::List(args) => list(args).await,
-        AttemptCommand::Recheck(_) => unreachable!("main runs recheck with the service's configuration"),
+        // main runs it with the service's configuration, before this client-side dispatch.
+        AttemptCommand::Recheck(_) => {
+            eprintln!("attempt recheck runs with the service's configuration: call it through the chargeguard binary");
+            ExitCode::from(2)
+        }
     }
 }
 

@@ -315,6 +315,8 @@ async fn apply_payment_update(
             next_action_type = $7,
             next_action_url = $8,
             review_reason = append_review_reason(review_reason, $9),
+            action_started_at = CASE WHEN $2 = 'requires_action' AND status <> 'requires_action'
+                                     THEN $10 ELSE action_started_at END,
             updated_at = $10
          WHERE id = $1 AND status = ANY($11)
            AND (provider_payment_id IS NULL OR provider_payment_id = $3)",
