@@ -41,7 +41,7 @@ UPDATE payment_attempts SET
                                      ELSE review_reason || '; ' || :absent END,
                 provider_calls = provider_calls + :calls,
                 check_count = check_count + 1,
-                next_check_at = now() + (:zero + :zero) * interval '1 microsecond',
+                next_check_at = now() + (:zero::bigint + :zero::bigint) * interval '1 microsecond',
                 last_error = :absent,
                 create_replays_failure = create_replays_failure OR :false,
                 lookup_cursor = CASE WHEN :false THEN :absent ELSE lookup_cursor END,

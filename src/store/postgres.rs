@@ -224,7 +224,7 @@ impl AttemptStore for PostgresStore {
     ) -> Result<bool, StoreError> {
         let renewed = sqlx::query(
             "UPDATE payment_attempts
-             SET lease_expires_at = now() + ($3 + $4) * interval '1 microsecond',
+             SET lease_expires_at = now() + ($3::bigint + $4::bigint) * interval '1 microsecond',
                  lookup_cursor = $5
              WHERE id = $1 AND lease_owner = $2",
         )
@@ -267,7 +267,7 @@ impl AttemptStore for PostgresStore {
                                      ELSE review_reason || '; ' || $10 END,
                 provider_calls = provider_calls + $11,
                 check_count = check_count + 1,
-                next_check_at = now() + ($15 + $13) * interval '1 microsecond',
+                next_check_at = now() + ($15::bigint + $13::bigint) * interval '1 microsecond',
                 last_error = $14,
                 create_replays_failure = create_replays_failure OR $17,
                 lookup_cursor = CASE WHEN $18 THEN $19 ELSE lookup_cursor END,
