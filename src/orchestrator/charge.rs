@@ -196,19 +196,12 @@ impl Orchestrator {
 
     /// Gives a lease back without a provider call.
     async fn release_unchanged(&self, attempt: Attempt, owner: LeaseOwner) -> Result<Attempt, OrchestratorError> {
-        let result = crate::store::RoundResult {
-            status: attempt.status,
-            provider_payment_id: None,
-            provider_status: None,
-            failure: None,
-            next_action: None,
-            review_reason: None,
-            calls_made: 0,
-            next_check_in: chrono_duration(self.settings.sweep.review_reminder),
-            last_error: attempt.last_error.clone(),
-            create_replays_failure: false,
-            lookup_progress: None,
-        };
+        let result = crate::store::RoundResult::unchanged(
+            attempt.status,
+            0,
+            chrono_duration(self.settings.sweep.review_reminder),
+            attempt.last_error.clone(),
+        );
         let written = self.store.finish_round(attempt.id, owner, &result, self.caller_time()).await?;
         self.notifier.round_finished(attempt.id);
         Ok(written.unwrap_or(attempt))

@@ -146,17 +146,9 @@ impl Orchestrator {
             self.recheck_backoff(attempt.check_count)
         };
         let common = RoundResult {
-            status: attempt.status,
-            provider_payment_id: None,
-            provider_status: None,
-            failure: None,
-            next_action: None,
-            review_reason: None,
-            calls_made: observed.calls_made,
-            next_check_in,
-            last_error: None,
             create_replays_failure: observed.create_replays_failure,
             lookup_progress: observed.lookup_progress.clone(),
+            ..RoundResult::unchanged(attempt.status, observed.calls_made, next_check_in, None)
         };
         match &observed.outcome {
             Ok(observation) => RoundResult {

@@ -235,19 +235,7 @@ impl Orchestrator {
                 tracing::error!(reason = %reason, rest_seconds = rest.num_seconds(),
                     "attempt needs review; the sweep will not send it to the provider again \
                      until an operator runs `chargeguard attempt recheck`");
-                let result = RoundResult {
-                    status: attempt.status,
-                    provider_payment_id: None,
-                    provider_status: None,
-                    failure: None,
-                    next_action: None,
-                    review_reason: None,
-                    calls_made: 0,
-                    next_check_in: rest,
-                    last_error: attempt.last_error.clone(),
-                    create_replays_failure: false,
-                    lookup_progress: None,
-                };
+                let result = RoundResult::unchanged(attempt.status, 0, rest, attempt.last_error.clone());
                 self.store.finish_round(attempt.id, owner, &result, self.caller_time()).await?;
                 self.notifier.round_finished(attempt.id);
                 Ok(RowEnd::Parked)

@@ -151,6 +151,31 @@ pub struct RoundResult {
     pub lookup_progress: Option<ListProgress>,
 }
 
+impl RoundResult {
+    /// A round that changes nothing but the lease, the counters and when the row is looked at
+    /// again: `calls_made` calls whose answers gave nothing to record.
+    pub fn unchanged(
+        status: AttemptStatus,
+        calls_made: u32,
+        next_check_in: chrono::Duration,
+        last_error: Option<String>,
+    ) -> Self {
+        Self {
+            status,
+            provider_payment_id: None,
+            provider_status: None,
+            failure: None,
+            next_action: None,
+            review_reason: None,
+            calls_made,
+            next_check_in,
+            last_error,
+            create_replays_failure: false,
+            lookup_progress: None,
+        }
+    }
+}
+
 /// Which attempts a list returns.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
