@@ -57,6 +57,9 @@ pub struct LedgerPaymentIntent {
     /// Sim clock.
     pub created: i64,
     pub origin: Origin,
+    /// Where the customer is sent back after an action, as the last create or confirm set it.
+    #[serde(default)]
+    pub return_url: Option<String>,
     /// Its latest confirmations (payments attempted on it), oldest first.
     #[serde(default)]
     pub confirmations: Vec<Confirmation>,

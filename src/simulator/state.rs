@@ -854,6 +854,7 @@ impl LedgerPaymentIntent {
             status: intent.status.as_str().to_owned(),
             created: intent.created,
             origin: intent.origin,
+            return_url: intent.return_url.clone(),
             confirmations: intent.confirmations.iter().cloned().collect(),
             confirmations_total: intent.confirmations_total,
         }

@@ -1,6 +1,7 @@
 //! A real `chargeguard` process (the binary built with `--features failpoints`) pointed at a
 //! test's database and simulator. With a crash point configured through FAILPOINTS it exits on
-//! the spot when it reaches it, like a kill -9: no reply, no cleanup. Its wall clock may run
+//! the spot when it reaches it, like a kill -9: no reply, no cleanup; or it stalls there a
+//! while and goes on (`FailpointAction::Stall`). Its wall clock may run
 //! ahead or behind (libfaketime), as another replica's does.
 
 use std::io::Write;
@@ -39,14 +40,38 @@ pub enum ChildSweep {
     },
 }
 
+/// What a child does when it reaches its armed failpoint.
+#[derive(Debug, Clone, Copy)]
+pub enum FailpointAction {
+    /// Exits on the spot (`return`), like a kill -9.
+    Crash,
+    /// Blocks the thread that reached it this long (`sleep(ms)`), then goes on: a round that
+    /// stalls after the provider answered, as a long GC pause or a descheduled VM would.
+    Stall { ms: u64 },
+}
+
+impl FailpointAction {
+    fn spec(self) -> String {
+        match self {
+            Self::Crash => "return".to_owned(),
+            Self::Stall { ms } => format!("sleep({ms})"),
+        }
+    }
+}
+
 /// How a child is run.
 pub struct ChildSpec<'a> {
-    /// The crash point armed through FAILPOINTS, if any.
+    /// The failpoint armed through FAILPOINTS, if any.
     pub failpoint: Option<&'a str>,
+    pub failpoint_action: FailpointAction,
     pub sweep: ChildSweep,
     /// How far the child's wall clock is from the real one.
     pub clock: ClockOffset,
     pub call_timeout_ms: u64,
+    /// `charge.lease_ms` (and `charge.recovery_grace_ms`).
+    pub lease_ms: u64,
+    /// `database.statement_timeout_ms`; a short lease needs a short one (config validates).
+    pub statement_timeout_ms: u64,
 }
 
 impl Default for ChildSpec<'_> {
@@ -54,9 +79,14 @@ impl Default for ChildSpec<'_> {
     fn default() -> Self {
         Self {
             failpoint: None,
+            failpoint_action: FailpointAction::Crash,
             sweep: ChildSweep::Off,
             clock: ClockOffset::NONE,
             call_timeout_ms: 1_000,
+            // Leases of a minute: long enough that the dead process's rows stay its own while a
+            // test looks at them (tests move the in-process app's clock past them).
+            lease_ms: 60_000,
+            statement_timeout_ms: 5_000,
         }
     }
 }
@@ -65,6 +95,19 @@ impl<'a> ChildSpec<'a> {
     /// Stops at `failpoint`, sweep off, real clock.
     pub fn crashing_at(failpoint: &'a str) -> Self {
         Self { failpoint: Some(failpoint), ..Self::default() }
+    }
+
+    /// Stalls `ms` at `failpoint` with leases of `lease_ms`, sweep off, real clock: a lease
+    /// that lapses under a live round. The call and statement timeouts are cut to fit.
+    pub fn stalling_at(failpoint: &'a str, ms: u64, lease_ms: u64) -> Self {
+        Self {
+            failpoint: Some(failpoint),
+            failpoint_action: FailpointAction::Stall { ms },
+            lease_ms,
+            call_timeout_ms: lease_ms / 4,
+            statement_timeout_ms: lease_ms / 4,
+            ..Self::default()
+        }
     }
 
     /// A replica whose wall clock reads `clock` off the real one.
@@ -93,8 +136,6 @@ fn config_toml(app: &TestApp, session_name: &str, spec: &ChildSpec) -> String {
             "enabled = true\nschedule = \"* * * * * *\"\nbatch_max = {batch_max}\nconcurrency_max = {concurrency_max}"
         ),
     };
-    // Leases of a minute: long enough that the dead process's rows stay its own while a test
-    // looks at them (tests move the in-process app's clock past them).
     format!(
         r#"[server]
 grpc_listen = "127.0.0.1:0"
@@ -102,6 +143,7 @@ http_listen = "127.0.0.1:0"
 
 [database]
 url = "{database}?application_name={session_name}"
+statement_timeout_ms = {statement_timeout_ms}
 
 [provider]
 api_key = "{SIM_API_KEY}"
@@ -109,8 +151,8 @@ base_url = "{simulator}"
 call_timeout_ms = {call_timeout_ms}
 
 [charge]
-lease_ms = 60000
-recovery_grace_ms = 60000
+lease_ms = {lease_ms}
+recovery_grace_ms = {lease_ms}
 
 [sweep]
 {sweep}
@@ -123,6 +165,8 @@ token_sha256 = "{token}"
         simulator = app.simulator.base_url(),
         token = hash_token(ORDERS_TOKEN),
         call_timeout_ms = spec.call_timeout_ms,
+        lease_ms = spec.lease_ms,
+        statement_timeout_ms = spec.statement_timeout_ms,
     )
 }
 
@@ -231,7 +275,7 @@ impl ChildProcess {
             .stdout(stdout)
             .stderr(Stdio::piped());
         if let Some(failpoint) = spec.failpoint {
-            command.env("FAILPOINTS", format!("{failpoint}=return"));
+            command.env("FAILPOINTS", format!("{failpoint}={}", spec.failpoint_action.spec()));
         }
         spec.clock.apply(&mut command);
         let started_at = Utc::now();

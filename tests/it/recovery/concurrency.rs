@@ -1,17 +1,23 @@
 //! Several sweepers at once (replicas, or a cron `sweep --once` beside `serve`): the leases keep
-//! each row to one of them; and the sweep's two entry points other than `try_sweep_once`.
+//! each row to one of them; a round that outlives its lease; and the sweep's two entry points
+//! other than `try_sweep_once`.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chargeguard::config::Config;
-use chargeguard::domain::AttemptStatus;
+use chargeguard::domain::{AttemptStatus, OperationKey, derive_idempotency_key};
+use chargeguard::simulator::FaultKind;
+use tonic::Code;
 use chargeguard::orchestrator::{Orchestrator, SweepOutcome};
 use chargeguard::startup::Application;
 use tokio_util::sync::CancellationToken;
 
-use super::{assert_settled, seed_due_rows, stored};
-use crate::support::{Backend, SIM_API_KEY, TestApp, on_both_backends, test_config};
+use super::child::{ChildProcess, ChildSpec};
+use super::{assert_settled, creates_with_key, fail_next_create, seed_due_rows, stored};
+use crate::support::{
+    Backend, SIM_API_KEY, TestApp, charge_request, error_code, on_both_backends, test_config,
+};
 
 const STUCK_ROWS: usize = 1_000;
 
@@ -117,3 +123,54 @@ on_both_backends!(
     a_cancelled_pass_stops_before_its_next_row,
     sweep_once_from_the_command_line_prints_its_outcome,
 );
+
+/// The stalled replica's lease: short, so that the in-process app takes the row over quickly.
+const STALLED_LEASE_MS: u64 = 2_000;
+/// How long the replica stalls after the provider answered: the lease lapses, another caller
+/// takes the row and finishes its own round (a few milliseconds after the lease) well before.
+const STALL_MS: u64 = 8_000;
+const POLL: Duration = Duration::from_millis(20);
+
+/// A round that stalls past its lease after its create succeeded: another caller takes the row
+/// and leaves it pending (its re-send fails). The stalled round's write is refused, and its
+/// caller is told what the row says — still undecided, so "in progress", never `APPLIED` for
+/// a charge the row does not record. A later redelivery adopts the one intent.
+#[tokio::test]
+async fn a_round_whose_lease_lapsed_answers_the_row_as_it_stands() {
+    let app = TestApp::spawn().await;
+    let spec = ChildSpec::stalling_at("round.after_provider_call", STALL_MS, STALLED_LEASE_MS);
+    let replica = ChildProcess::serve(&app, spec).await;
+    let operation = "lapsed-1";
+    let key = derive_idempotency_key(&super::orders(), &OperationKey::parse(operation).unwrap(), 0);
+
+    let takeover = async {
+        // The replica's create has been answered: it is now stalled, holding a lease that ends.
+        while creates_with_key(&app, key.as_str()).await == 0 {
+            tokio::time::sleep(POLL).await;
+        }
+        // The redelivery waits for the lease to lapse (on the database's clock), takes the row,
+        // and its re-send fails before it is applied: the row stays pending.
+        fail_next_create(&app, FaultKind::FailBeforeApply).await;
+        let taken = app.charge(charge_request(operation)).await.unwrap_err();
+        assert_eq!(error_code(&taken), "outcome_unknown", "{taken:?}");
+        let row = stored(&app, operation).await;
+        assert_eq!(row.status, AttemptStatus::Pending);
+        assert!(row.lease.is_none(), "taken over and released: {:?}", row.lease);
+    };
+    let (stalled, ()) = tokio::join!(replica.charge(charge_request(operation)), takeover);
+
+    let stalled = stalled.unwrap_err();
+    assert_eq!(
+        (stalled.code(), error_code(&stalled).as_str()),
+        (Code::Unavailable, "in_progress"),
+        "the row is undecided: {stalled:?}"
+    );
+    let row = stored(&app, operation).await;
+    assert_eq!(row.status, AttemptStatus::Pending, "the stalled round's success was not written");
+    assert_eq!(creates_with_key(&app, key.as_str()).await, 2);
+
+    let redelivered = app.charge(charge_request(operation)).await.unwrap();
+    assert_eq!(crate::support::status_of(&redelivered), chargeguard::grpc::proto::AttemptStatus::Succeeded);
+    assert_settled(&app, &[operation]).await;
+    assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1, "one intent");
+}

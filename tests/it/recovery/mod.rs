@@ -6,6 +6,7 @@ mod concurrency;
 mod crash;
 mod key_window;
 mod outage;
+mod replayed;
 mod skew;
 
 use std::time::Duration;

@@ -160,13 +160,10 @@ async fn a_long_outage_never_parks_a_row_and_it_completes_by_itself(backend: Bac
     }
 }
 
-async fn a_flagged_row_waits_for_an_operator_and_a_recheck_completes_it(backend: Backend) {
-    let app = TestApp::spawn_backend(backend).await;
-    let pending = leave_pending(&app, "flagged-1", FaultKind::FailBeforeApply).await;
-    // Flag it as a round does when the provider reports a key conflict: through the store,
-    // under a lease, with the reason a round writes.
+/// Flags `pending` as a round does when the provider reports a key conflict: through the
+/// store, under a lease, with the reason a round writes.
+async fn flag_for_review(app: &TestApp, pending: &Attempt) {
     let store = app.orchestrator.store().clone();
-    advance(&app, minutes(1)).await;
     let owner = chargeguard::domain::LeaseOwner::from_uuid(uuid::Uuid::new_v4());
     let lease = chargeguard::store::LeaseRequest {
         owner,
@@ -189,6 +186,13 @@ async fn a_flagged_row_waits_for_an_operator_and_a_recheck_completes_it(backend:
         lookup_progress: None,
     };
     store.finish_round(pending.id, owner, &flag, lease.time).await.unwrap().unwrap();
+}
+
+async fn a_flagged_row_waits_for_an_operator_and_a_recheck_completes_it(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
+    let pending = leave_pending(&app, "flagged-1", FaultKind::FailBeforeApply).await;
+    advance(&app, minutes(1)).await;
+    flag_for_review(&app, &pending).await;
 
     let requests_before = app.sim().requests().await.unwrap().len();
     let pass = app.orchestrator.try_sweep_once().await.unwrap();
@@ -210,10 +214,58 @@ async fn a_flagged_row_waits_for_an_operator_and_a_recheck_completes_it(backend:
     assert!(again.to_string().contains("not flagged"), "{again}");
 }
 
-// Single-process recovery: the same tests on both stores.
+/// Runs `chargeguard attempt recheck ID` as an operator does: the built binary, configured like
+/// the service (by environment) to use the app's database and simulator.
+async fn recheck_command(app: &TestApp, id: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = crate::ops::process::command(dir.path());
+    command
+        .args(["attempt", "recheck", id])
+        .env("CHARGEGUARD_PROVIDER__API_KEY", crate::support::SIM_API_KEY)
+        .env("CHARGEGUARD_PROVIDER__BASE_URL", app.simulator.base_url());
+    match app.database.sqlite_path() {
+        Some(path) => command.env("CHARGEGUARD_DATABASE__SQLITE_PATH", path),
+        None => command.env("CHARGEGUARD_DATABASE__URL", &app.database.url),
+    };
+    command.output().await.unwrap()
+}
+
+async fn an_operator_rechecks_a_flagged_row_with_the_chargeguard_command(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
+    let pending = leave_pending(&app, "flagged-cli", FaultKind::FailBeforeApply).await;
+    flag_for_review(&app, &pending).await;
+    let id = pending.id.to_string();
+
+    let rechecked = recheck_command(&app, &id).await;
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&rechecked.stdout), String::from_utf8_lossy(&rechecked.stderr));
+    assert_eq!(rechecked.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(stdout.trim(), format!("attempt {id} is succeeded"));
+    let done = stored(&app, "flagged-cli").await;
+    assert_eq!(done.status, AttemptStatus::Succeeded);
+    assert_eq!(done.review_reason, None);
+    assert!(done.review_history.unwrap().contains("idempotency key conflict"), "the reason is kept");
+    assert_settled(&app, &["flagged-cli"]).await;
+    assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1);
+
+    // Not flagged (any more): refused, nothing sent.
+    let requests_before = app.sim().requests().await.unwrap().len();
+    let refused = recheck_command(&app, &id).await;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(refused.stdout.is_empty());
+    assert!(
+        stderr.contains(&format!("recheck failed: attempt {id} is not flagged for review")),
+        "{stderr}"
+    );
+    assert_eq!(app.sim().requests().await.unwrap().len(), requests_before, "nothing sent");
+}
+
+// The same tests on both stores (the recheck command shares the SQLite file with the app).
 on_both_backends!(
     an_outage_inside_the_window_backs_off_and_adopts_later,
     an_outage_past_the_window_never_expires_what_it_cannot_see,
     a_long_outage_never_parks_a_row_and_it_completes_by_itself,
     a_flagged_row_waits_for_an_operator_and_a_recheck_completes_it,
+    an_operator_rechecks_a_flagged_row_with_the_chargeguard_command,
 );

@@ -113,6 +113,28 @@ async fn a_key_reused_with_other_parameters_is_an_idempotency_error() {
     assert_eq!(ledger.payment_intents[0].amount, 1_000);
 }
 
+/// Every parameter counts, not only the money: a create re-sent with another `return_url` (a
+/// new deployment's setting) is refused as Stripe refuses it, and the first one's stays.
+#[tokio::test]
+async fn a_key_reused_with_another_return_url_is_an_idempotency_error() {
+    let first_url = "https://shop.example/return-a";
+    let request = charge(1_000, "pm_card_visa", "r1");
+    let sim = Sim::start().await;
+    create_keyed(&sim.stripe, &request.clone().return_url(first_url), "key-r")
+        .await
+        .unwrap();
+    let (error, status) = api_error(
+        create_keyed(&sim.stripe, &request.return_url("https://shop.example/return-b"), "key-r")
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(error.type_, ApiErrorsType::IdempotencyError);
+    let ledger = sim.control.ledger().await.unwrap();
+    assert_eq!(ledger.payment_intents.len(), 1);
+    assert_eq!(ledger.payment_intents[0].return_url.as_deref(), Some(first_url));
+}
+
 #[tokio::test]
 async fn concurrent_requests_with_one_key_make_one_object_and_one_409() {
     let sim = Sim::start().await;

@@ -141,10 +141,16 @@ impl TestApp {
     /// Stops the app and starts a new one on the same database and simulator (the default test
     /// configuration): what survives is what the database kept.
     pub async fn restart(self) -> Self {
+        self.restart_with(|_| {}).await
+    }
+
+    /// [`Self::restart`] with the test configuration changed by `customize`, as a new
+    /// deployment with other settings would start.
+    pub async fn restart_with(self, customize: impl FnOnce(&mut Config)) -> Self {
         let TestApp { database, simulator, server, orchestrator, .. } = self;
         server.stop().await;
         drop(orchestrator);
-        Self::spawn_on(database, simulator, |_| {}).await
+        Self::spawn_on(database, simulator, customize).await
     }
 
     /// Stops the app (a clean shutdown) and hands back its database for checks after it.
