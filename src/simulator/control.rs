@@ -85,6 +85,10 @@ pub struct RequestLogEntry {
     pub request_id: String,
     pub method: String,
     pub path: String,
+    /// The URL's query string as sent (list parameters such as `starting_after`); `None`
+    /// when the URL had none.
+    #[serde(default)]
+    pub query: Option<String>,
     /// `None` for unknown routes.
     pub endpoint: Option<String>,
     pub idempotency_key: Option<String>,
@@ -97,6 +101,15 @@ pub struct RequestLogEntry {
     pub fault: Option<String>,
     /// Sim clock when the request arrived.
     pub sim_time: i64,
+}
+
+impl RequestLogEntry {
+    /// One parameter of the query string, decoded (`None`: absent, or no query string).
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        let pairs: Vec<(String, String)> =
+            serde_urlencoded::from_str(self.query.as_deref()?).ok()?;
+        pairs.into_iter().find(|(key, _)| key == name).map(|(_, value)| value)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -484,16 +484,16 @@ impl State {
             .filter(|intent| query.created.contains(intent.created))
             .collect();
         items.sort_by_key(|intent| std::cmp::Reverse((intent.created, intent.seq)));
-        let keys: Vec<(i64, u64, Value)> = items
+        let keys: Vec<(i64, u64, &PaymentIntent)> = items
             .into_iter()
-            .map(|intent| (intent.created, intent.seq, intent.render()))
+            .map(|intent| (intent.created, intent.seq, intent))
             .collect();
         let cursor = |id: &str| {
             self.payment_intents
                 .get(id)
                 .map(|intent| (intent.created, intent.seq))
         };
-        page(keys, query, cursor, "payment_intent", "/v1/payment_intents")
+        page(keys, query, cursor, PaymentIntent::render, "payment_intent", "/v1/payment_intents")
     }
 
     fn list_refunds(&self, query: &ListQuery) -> Result<Value, ApiError> {
@@ -509,16 +509,16 @@ impl State {
             })
             .collect();
         items.sort_by_key(|refund| std::cmp::Reverse((refund.created, refund.seq)));
-        let keys: Vec<(i64, u64, Value)> = items
+        let keys: Vec<(i64, u64, &Refund)> = items
             .into_iter()
-            .map(|refund| (refund.created, refund.seq, refund.render()))
+            .map(|refund| (refund.created, refund.seq, refund))
             .collect();
         let cursor = |id: &str| {
             self.refunds
                 .get(id)
                 .map(|refund| (refund.created, refund.seq))
         };
-        page(keys, query, cursor, "refund", "/v1/refunds")
+        page(keys, query, cursor, Refund::render, "refund", "/v1/refunds")
     }
 
     fn search_payment_intents(&self, query: &SearchQuery) -> Result<Value, ApiError> {
@@ -793,11 +793,13 @@ impl State {
     }
 }
 
-/// One page of a list: `keys` sorted newest first; `cursor` finds an id's sort key.
-fn page(
-    keys: Vec<(i64, u64, Value)>,
+/// One page of a list: `keys` sorted newest first; `cursor` finds an id's sort key. Only the
+/// page's objects are rendered, so a page costs the same however many objects the range holds.
+fn page<T>(
+    keys: Vec<(i64, u64, &T)>,
     query: &ListQuery,
     cursor: impl Fn(&str) -> Option<(i64, u64)>,
+    render: impl Fn(&T) -> Value,
     object: &str,
     url: &str,
 ) -> Result<Value, ApiError> {
@@ -812,27 +814,27 @@ fn page(
             let data: Vec<Value> = rest
                 .by_ref()
                 .take(query.limit)
-                .map(|(_, _, value)| value)
+                .map(|(_, _, item)| render(item))
                 .collect();
             (data, rest.next().is_some())
         }
         (None, Some(before)) => {
             let bound =
                 cursor(before).ok_or_else(|| ApiError::no_such(object, before, "ending_before"))?;
-            let newer: Vec<Value> = keys
+            let newer: Vec<&T> = keys
                 .into_iter()
                 .filter(|(created, seq, _)| (*created, *seq) > bound)
-                .map(|(_, _, value)| value)
+                .map(|(_, _, item)| item)
                 .collect();
             let skip = newer.len().saturating_sub(query.limit);
-            (newer.into_iter().skip(skip).collect(), skip > 0)
+            (newer.into_iter().skip(skip).map(&render).collect(), skip > 0)
         }
         (None, None) => {
             let has_more = keys.len() > query.limit;
             (
                 keys.into_iter()
                     .take(query.limit)
-                    .map(|(_, _, value)| value)
+                    .map(|(_, _, item)| render(item))
                     .collect(),
                 has_more,
             )
