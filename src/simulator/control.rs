@@ -316,3 +316,18 @@ async fn route(app: &App, method: &Method, path: &str, body: &[u8]) -> Result<Re
     };
     Ok(reply)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RequestLogEntry;
+
+    #[test]
+    fn a_query_parameter_is_read_decoded_from_the_logged_query_string() {
+        let entry = |query: Option<&str>| RequestLogEntry { query: query.map(str::to_owned), ..Default::default() };
+        let listed = entry(Some("created%5Bgte%5D=5&limit=100&starting_after=pi_a%2Bb"));
+        assert_eq!(listed.query_param("starting_after").as_deref(), Some("pi_a+b"));
+        assert_eq!(listed.query_param("created[gte]").as_deref(), Some("5"));
+        assert_eq!(listed.query_param("ending_before"), None);
+        assert_eq!(entry(None).query_param("limit"), None);
+    }
+}

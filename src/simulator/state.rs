@@ -861,3 +861,34 @@ impl LedgerPaymentIntent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulator::api::CreatedRange;
+
+    /// Items 1..=5, newest first, each rendered as its own number; the cursor of "5" is 5.
+    fn list(limit: usize, starting_after: Option<&str>, ending_before: Option<&str>) -> Value {
+        let items: Vec<i64> = (1..=5).rev().collect();
+        let keys: Vec<(i64, u64, &i64)> = items.iter().map(|item| (*item, 0, item)).collect();
+        let query = ListQuery {
+            created: CreatedRange::default(),
+            limit,
+            starting_after: starting_after.map(str::to_owned),
+            ending_before: ending_before.map(str::to_owned),
+            payment_intent: None,
+        };
+        let cursor = |id: &str| id.parse::<i64>().ok().map(|created| (created, 0));
+        page(keys, &query, cursor, |item| json!(item), "thing", "/v1/things").unwrap()
+    }
+
+    #[test]
+    fn a_page_holds_the_limit_from_either_cursor_and_says_whether_more_follow() {
+        let shown = |value: Value| (value["data"].clone(), value["has_more"].as_bool().unwrap());
+        assert_eq!(shown(list(2, None, None)), (json!([5, 4]), true));
+        assert_eq!(shown(list(2, Some("4"), None)), (json!([3, 2]), true));
+        assert_eq!(shown(list(2, Some("2"), None)), (json!([1]), false));
+        assert_eq!(shown(list(2, None, Some("2"))), (json!([4, 3]), true));
+        assert_eq!(shown(list(2, None, Some("4"))), (json!([5]), false));
+    }
+}
