@@ -269,7 +269,7 @@ impl Orchestrator {
             }
         };
         if !found.is_empty() {
-            return Ok(adopted(found, attempt, calls_made, attempt.lookup_progress.clone()));
+            return Ok(adopted(found, attempt, calls_made, ListProgress::NotStarted));
         }
         let (from, to) = lookup_created_range(
             attempt,

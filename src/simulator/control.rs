@@ -88,6 +88,10 @@ pub struct RequestLogEntry {
     pub request_id: String,
     pub method: String,
     pub path: String,
+    /// The URL's query string as sent (list parameters such as `starting_after`); `None`
+    /// when the URL had none.
+    #[serde(default)]
+    pub query: Option<String>,
     /// `None` for unknown routes.
     pub endpoint: Option<String>,
     pub idempotency_key: Option<String>,
@@ -100,6 +104,15 @@ pub struct RequestLogEntry {
     pub fault: Option<String>,
     /// Sim clock when the request arrived.
     pub sim_time: i64,
+}
+
+impl RequestLogEntry {
+    /// One parameter of the query string, decoded (`None`: absent, or no query string).
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        let pairs: Vec<(String, String)> =
+            serde_urlencoded::from_str(self.query.as_deref()?).ok()?;
+        pairs.into_iter().find(|(key, _)| key == name).map(|(_, value)| value)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -305,4 +318,19 @@ async fn route(app: &App, method: &Method, path: &str, body: &[u8]) -> Result<Re
         ),
     };
     Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RequestLogEntry;
+
+    #[test]
+    fn a_query_parameter_is_read_decoded_from_the_logged_query_string() {
+        let entry = |query: Option<&str>| RequestLogEntry { query: query.map(str::to_owned), ..Default::default() };
+        let listed = entry(Some("created%5Bgte%5D=5&limit=100&starting_after=pi_a%2Bb"));
+        assert_eq!(listed.query_param("starting_after").as_deref(), Some("pi_a+b"));
+        assert_eq!(listed.query_param("created[gte]").as_deref(), Some("5"));
+        assert_eq!(listed.query_param("ending_before"), None);
+        assert_eq!(entry(None).query_param("limit"), None);
+    }
 }

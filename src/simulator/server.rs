@@ -357,6 +357,7 @@ async fn handle_api(
             request_id: request_id.to_owned(),
             method: request.method().to_string(),
             path: request.uri().path().to_owned(),
+            query: request.uri().query().map(str::to_owned),
             endpoint: None,
             idempotency_key: None,
             replayed: false,

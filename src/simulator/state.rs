@@ -484,16 +484,16 @@ impl State {
             .filter(|intent| query.created.contains(intent.created))
             .collect();
         items.sort_by_key(|intent| std::cmp::Reverse((intent.created, intent.seq)));
-        let keys: Vec<(i64, u64, Value)> = items
+        let keys: Vec<(i64, u64, &PaymentIntent)> = items
             .into_iter()
-            .map(|intent| (intent.created, intent.seq, intent.render()))
+            .map(|intent| (intent.created, intent.seq, intent))
             .collect();
         let cursor = |id: &str| {
             self.payment_intents
                 .get(id)
                 .map(|intent| (intent.created, intent.seq))
         };
-        page(keys, query, cursor, "payment_intent", "/v1/payment_intents")
+        page(keys, query, cursor, PaymentIntent::render, "payment_intent", "/v1/payment_intents")
     }
 
     fn list_refunds(&self, query: &ListQuery) -> Result<Value, ApiError> {
@@ -509,16 +509,16 @@ impl State {
             })
             .collect();
         items.sort_by_key(|refund| std::cmp::Reverse((refund.created, refund.seq)));
-        let keys: Vec<(i64, u64, Value)> = items
+        let keys: Vec<(i64, u64, &Refund)> = items
             .into_iter()
-            .map(|refund| (refund.created, refund.seq, refund.render()))
+            .map(|refund| (refund.created, refund.seq, refund))
             .collect();
         let cursor = |id: &str| {
             self.refunds
                 .get(id)
                 .map(|refund| (refund.created, refund.seq))
         };
-        page(keys, query, cursor, "refund", "/v1/refunds")
+        page(keys, query, cursor, Refund::render, "refund", "/v1/refunds")
     }
 
     fn search_payment_intents(&self, query: &SearchQuery) -> Result<Value, ApiError> {
@@ -793,11 +793,13 @@ impl State {
     }
 }
 
-/// One page of a list: `keys` sorted newest first; `cursor` finds an id's sort key.
-fn page(
-    keys: Vec<(i64, u64, Value)>,
+/// One page of a list: `keys` sorted newest first; `cursor` finds an id's sort key. Only the
+/// page's objects are rendered, so a page costs the same however many objects the range holds.
+fn page<T>(
+    keys: Vec<(i64, u64, &T)>,
     query: &ListQuery,
     cursor: impl Fn(&str) -> Option<(i64, u64)>,
+    render: impl Fn(&T) -> Value,
     object: &str,
     url: &str,
 ) -> Result<Value, ApiError> {
@@ -812,27 +814,27 @@ fn page(
             let data: Vec<Value> = rest
                 .by_ref()
                 .take(query.limit)
-                .map(|(_, _, value)| value)
+                .map(|(_, _, item)| render(item))
                 .collect();
             (data, rest.next().is_some())
         }
         (None, Some(before)) => {
             let bound =
                 cursor(before).ok_or_else(|| ApiError::no_such(object, before, "ending_before"))?;
-            let newer: Vec<Value> = keys
+            let newer: Vec<&T> = keys
                 .into_iter()
                 .filter(|(created, seq, _)| (*created, *seq) > bound)
-                .map(|(_, _, value)| value)
+                .map(|(_, _, item)| item)
                 .collect();
             let skip = newer.len().saturating_sub(query.limit);
-            (newer.into_iter().skip(skip).collect(), skip > 0)
+            (newer.into_iter().skip(skip).map(&render).collect(), skip > 0)
         }
         (None, None) => {
             let has_more = keys.len() > query.limit;
             (
                 keys.into_iter()
                     .take(query.limit)
-                    .map(|(_, _, value)| value)
+                    .map(|(_, _, item)| render(item))
                     .collect(),
                 has_more,
             )
@@ -858,5 +860,36 @@ impl LedgerPaymentIntent {
             confirmations: intent.confirmations.iter().cloned().collect(),
             confirmations_total: intent.confirmations_total,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::simulator::api::CreatedRange;
+
+    /// Items 1..=5, newest first, each rendered as its own number; the cursor of "5" is 5.
+    fn list(limit: usize, starting_after: Option<&str>, ending_before: Option<&str>) -> Value {
+        let items: Vec<i64> = (1..=5).rev().collect();
+        let keys: Vec<(i64, u64, &i64)> = items.iter().map(|item| (*item, 0, item)).collect();
+        let query = ListQuery {
+            created: CreatedRange::default(),
+            limit,
+            starting_after: starting_after.map(str::to_owned),
+            ending_before: ending_before.map(str::to_owned),
+            payment_intent: None,
+        };
+        let cursor = |id: &str| id.parse::<i64>().ok().map(|created| (created, 0));
+        page(keys, &query, cursor, |item| json!(item), "thing", "/v1/things").unwrap()
+    }
+
+    #[test]
+    fn a_page_holds_the_limit_from_either_cursor_and_says_whether_more_follow() {
+        let shown = |value: Value| (value["data"].clone(), value["has_more"].as_bool().unwrap());
+        assert_eq!(shown(list(2, None, None)), (json!([5, 4]), true));
+        assert_eq!(shown(list(2, Some("4"), None)), (json!([3, 2]), true));
+        assert_eq!(shown(list(2, Some("2"), None)), (json!([1]), false));
+        assert_eq!(shown(list(2, None, Some("2"))), (json!([4, 3]), true));
+        assert_eq!(shown(list(2, None, Some("4"))), (json!([5]), false));
     }
 }

@@ -5,6 +5,7 @@ mod child;
 mod concurrency;
 mod crash;
 mod key_window;
+mod lookup;
 mod outage;
 mod replayed;
 mod skew;
