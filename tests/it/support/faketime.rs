@@ -58,6 +58,7 @@ impl ClockOffset {
         if self == Self::NONE {
             return;
         }
+        remove_stale_shared_memory();
         command
             .env("LD_PRELOAD", libfaketime())
             .env("FAKETIME", self.spec())
@@ -125,6 +126,30 @@ fn run(mut command: Command, what: &str) {
     );
 }
 
+/// libfaketime names its shared memory and semaphore after the pid of the first process that
+/// loads it (`/dev/shm/faketime_shm_<pid>`, `sem.faketime_sem_<pid>`) and removes them when that
+/// process exits normally. A killed one (the crash table kills replicas) leaves them behind,
+/// owned by its user; a later process of another user (the cluster runs as postgres) that gets
+/// the same pid then cannot create its own and fails to start. Before anything is started under
+/// libfaketime, the entries of processes that no longer run are removed.
+pub fn remove_stale_shared_memory() {
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = ["faketime_shm_", "sem.faketime_sem_"]
+            .iter()
+            .find_map(|prefix| name.strip_prefix(prefix))
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Stops and removes the clusters of test processes that no longer run (killed before their
 /// clusters' drop ran).
 fn remove_leftovers() {
@@ -170,6 +195,7 @@ impl FakeClockCluster {
     fn start_blocking() -> Self {
         static LEFTOVERS_REMOVED: OnceLock<()> = OnceLock::new();
         LEFTOVERS_REMOVED.get_or_init(remove_leftovers);
+        remove_stale_shared_memory();
         let prefix = format!("{DIR_PREFIX}{}_", std::process::id());
         let dir = tempfile::Builder::new().prefix(&prefix).tempdir().expect("temporary directory");
         if is_root() {
