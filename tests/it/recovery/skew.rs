@@ -2,7 +2,9 @@
 //! open, or a lease alive, longer than the world's. Each replica that drifts is a real
 //! `chargeguard` process under libfaketime; the database lives in a private cluster whose clock
 //! moves with the simulator's, so the provider and the database always agree and only the
-//! replicas drift. Everything is counted at the provider: the simulator's request log and ledger.
+//! replicas drift — except in the tests of a clock that jumps back, where the database's clock
+//! (or one replica's) is set behind instants already written on the row. Everything is counted
+//! at the provider: the simulator's request log and ledger.
 
 use std::time::Duration;
 
@@ -11,9 +13,12 @@ use chargeguard::grpc::proto::{AttemptStatus as ProtoStatus, ChargeOutcome};
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
 
 use super::child::{ChildProcess, ChildSpec};
-use super::{advance, assert_settled, expect_left_pending, fail_next_create, leave_pending, stored};
+use super::{
+    advance, assert_settled, expect_left_pending, fail_next_create, leave_pending, minutes, stored,
+};
 use crate::support::faketime::ClockOffset;
 use crate::support::{TestApp, charge_request, error_code, outcome_of, status_of};
+use tonic::Code;
 
 /// A replica whose clock runs 2 h fast.
 const FAST: ClockOffset = ClockOffset::minutes(120);
@@ -191,4 +196,135 @@ async fn a_fast_replica_never_takes_over_a_live_round() {
     let held_answer = held_answer.expect("the holder's round completes");
     assert_eq!(outcome_of(&held_answer), ChargeOutcome::Applied);
     assert_adopted(&app, "held-round").await;
+}
+
+/// How long the world runs on after the first round before a clock jumps back: the row's last
+/// write (a second round) is stamped this late.
+const BEFORE_THE_JUMP_BACK_MINUTES: u64 = 20;
+/// How far a clock jumps back: it then reads well before the key's start and the row's last
+/// write, far beyond the skew tolerance.
+const JUMP_BACK_MINUTES: i64 = 120;
+/// A jump back that leaves the clock after the key's start yet behind the row's last write by
+/// more than the 5-minute tolerance.
+const SHORT_JUMP_BACK_MINUTES: i64 = 12;
+/// A replica whose clock reads 2.5 h behind the world's.
+const BEHIND: ClockOffset = ClockOffset::minutes(-150);
+
+/// The highest sequence number the simulator has logged: requests after it came later.
+async fn log_mark(app: &TestApp) -> u64 {
+    app.sim().requests().await.unwrap().iter().map(|r| r.seq).max().unwrap_or(0)
+}
+
+/// Since `mark` the provider was never sent a create, only asked by metadata: a clock read
+/// earlier than an instant already on the row, so the key's age is unknown.
+async fn assert_only_looked_up_since(app: &TestApp, mark: u64) {
+    let log = app.sim().requests().await.unwrap();
+    let since: Vec<_> = log.into_iter().filter(|r| r.seq > mark).collect();
+    let creates: Vec<_> = since.iter().filter(|r| r.endpoint.as_deref() == Some(Endpoint::CreatePaymentIntent.as_str())).collect();
+    assert!(creates.is_empty(), "a create was sent while the key's age was unknown: {creates:?}");
+    let looked_up = since.iter().any(|r| {
+        matches!(r.endpoint.as_deref(), Some("search_payment_intents" | "list_payment_intents"))
+    });
+    assert!(looked_up, "the provider is asked by metadata instead: {since:?}");
+}
+
+/// The world (process, database, simulator) runs on 20 minutes, then a redelivered `Charge`
+/// whose create fails before the provider applies it writes the row again: its `updated_at` is
+/// that late, and the row is still pending.
+async fn write_the_row_later(app: &TestApp, operation: &str) {
+    advance(app, minutes(BEFORE_THE_JUMP_BACK_MINUTES)).await;
+    let attempt = leave_pending(app, operation, FaultKind::FailBeforeApply).await;
+    let later = chrono::Duration::minutes(BEFORE_THE_JUMP_BACK_MINUTES as i64 - 1);
+    assert!(
+        attempt.updated_at >= attempt.key_window_started_at + later,
+        "the second round stamped the row late: {attempt:?}"
+    );
+}
+
+/// Moves the private cluster's clock by `minutes` (negative: back), the process's and the
+/// simulator's staying where they are.
+async fn move_the_database_clock(app: &TestApp, minutes: i64) {
+    let cluster = app.database.fake_clock().expect("a database on a fake clock");
+    let seconds = cluster.offset().seconds() + minutes * 60;
+    cluster.set_offset(ClockOffset::of_seconds(seconds)).await;
+}
+
+#[tokio::test]
+async fn a_database_clock_that_jumped_back_never_resends_and_adopts_by_lookup() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    leave_pending(&app, "db-back-charged", FaultKind::ApplyThenFail).await;
+    write_the_row_later(&app, "db-back-charged").await;
+    let mark = log_mark(&app).await;
+    move_the_database_clock(&app, -JUMP_BACK_MINUTES).await;
+
+    let redelivered = app.charge(charge_request("db-back-charged")).await;
+    assert_only_looked_up_since(&app, mark).await;
+    let redelivered = redelivered.expect("the redelivered charge is answered");
+    assert_eq!(status_of(&redelivered), ProtoStatus::Succeeded);
+    assert_eq!(outcome_of(&redelivered), ChargeOutcome::Reconciled);
+    assert_adopted(&app, "db-back-charged").await;
+}
+
+#[tokio::test]
+async fn a_database_clock_behind_only_the_rows_last_write_never_resends() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    leave_pending(&app, "db-back-short", FaultKind::ApplyThenFail).await;
+    write_the_row_later(&app, "db-back-short").await;
+    let mark = log_mark(&app).await;
+    // The database now reads 8 minutes after the key's start, 12 before the row's last write.
+    move_the_database_clock(&app, -SHORT_JUMP_BACK_MINUTES).await;
+
+    let redelivered = app.charge(charge_request("db-back-short")).await;
+    assert_only_looked_up_since(&app, mark).await;
+    let redelivered = redelivered.expect("the redelivered charge is answered");
+    assert_eq!(status_of(&redelivered), ProtoStatus::Succeeded);
+    assert_adopted(&app, "db-back-short").await;
+}
+
+#[tokio::test]
+async fn nothing_charged_under_a_database_clock_that_jumped_back_waits_then_charges_once() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    let attempt = leave_pending(&app, "db-back-never", FaultKind::FailBeforeApply).await;
+    write_the_row_later(&app, "db-back-never").await;
+    let mark = log_mark(&app).await;
+    move_the_database_clock(&app, -JUMP_BACK_MINUTES).await;
+
+    // Nothing found while the key's age is unknown proves nothing: the row stays pending.
+    let redelivered = app.charge(charge_request("db-back-never")).await;
+    assert_only_looked_up_since(&app, mark).await;
+    let error = redelivered.as_ref().expect_err("no answer while the key's age is unknown");
+    assert_eq!(error.code(), Code::Unavailable, "{error:?}");
+    expect_left_pending(&app, "db-back-never", redelivered).await;
+    assert!(app.sim().ledger().await.unwrap().payment_intents.is_empty(), "nothing charged");
+
+    // The clock put right: the key is young again on every clock, and is sent once more.
+    let mark = log_mark(&app).await;
+    move_the_database_clock(&app, JUMP_BACK_MINUTES).await;
+    let redelivered = app.charge(charge_request("db-back-never")).await;
+    let redelivered = redelivered.expect("the redelivered charge is answered");
+    assert_eq!(status_of(&redelivered), ProtoStatus::Succeeded);
+    let log = app.sim().requests().await.unwrap();
+    let creates: Vec<_> = log
+        .iter()
+        .filter(|r| r.seq > mark && r.endpoint.as_deref() == Some(Endpoint::CreatePaymentIntent.as_str()))
+        .collect();
+    assert_eq!(creates.len(), 1, "one re-send once the clock is right: {creates:?}");
+    assert_eq!(creates[0].idempotency_key.as_deref(), Some(attempt.idempotency_key.as_str()));
+    assert_adopted(&app, "db-back-never").await;
+}
+
+#[tokio::test]
+async fn a_replica_whose_clock_reads_before_the_keys_start_adopts_by_lookup() {
+    // The database's clock stays real here: only the redelivering replica is behind.
+    let app = TestApp::spawn().await;
+    leave_pending(&app, "replica-behind", FaultKind::ApplyThenFail).await;
+    let mark = log_mark(&app).await;
+
+    let behind = ChildProcess::serve(&app, ChildSpec::replica_at(BEHIND)).await;
+    let redelivered = behind.charge(charge_request("replica-behind")).await;
+    assert_only_looked_up_since(&app, mark).await;
+    let redelivered = redelivered.expect("the redelivered charge is answered");
+    assert_eq!(status_of(&redelivered), ProtoStatus::Succeeded);
+    assert_eq!(outcome_of(&redelivered), ChargeOutcome::Reconciled);
+    assert_adopted(&app, "replica-behind").await;
 }

@@ -39,6 +39,11 @@ impl ClockOffset {
         Self { seconds: minutes * 60 }
     }
 
+    /// `seconds` off the real clock (negative: behind it).
+    pub const fn of_seconds(seconds: i64) -> Self {
+        Self { seconds }
+    }
+
     pub fn ahead_by(by: Duration) -> Self {
         Self { seconds: i64::try_from(by.as_secs()).expect("offset in range") }
     }
