@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chargeguard::domain::Attempt;
 use chargeguard::grpc::proto::{AttemptStatus as ProtoStatus, ChargeOutcome};
-use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
+use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, RequestLogEntry};
 
 use super::child::{ChildProcess, ChildSpec};
 use super::{
@@ -215,12 +215,16 @@ async fn log_mark(app: &TestApp) -> u64 {
     app.sim().requests().await.unwrap().iter().map(|r| r.seq).max().unwrap_or(0)
 }
 
+fn is_create(request: &RequestLogEntry) -> bool {
+    request.endpoint.as_deref() == Some(Endpoint::CreatePaymentIntent.as_str())
+}
+
 /// Since `mark` the provider was never sent a create, only asked by metadata: a clock read
 /// earlier than an instant already on the row, so the key's age is unknown.
 async fn assert_only_looked_up_since(app: &TestApp, mark: u64) {
     let log = app.sim().requests().await.unwrap();
     let since: Vec<_> = log.into_iter().filter(|r| r.seq > mark).collect();
-    let creates: Vec<_> = since.iter().filter(|r| r.endpoint.as_deref() == Some(Endpoint::CreatePaymentIntent.as_str())).collect();
+    let creates: Vec<_> = since.iter().filter(|r| is_create(r)).collect();
     assert!(creates.is_empty(), "a create was sent while the key's age was unknown: {creates:?}");
     let looked_up = since.iter().any(|r| {
         matches!(r.endpoint.as_deref(), Some("search_payment_intents" | "list_payment_intents"))
@@ -306,7 +310,7 @@ async fn nothing_charged_under_a_database_clock_that_jumped_back_waits_then_char
     let log = app.sim().requests().await.unwrap();
     let creates: Vec<_> = log
         .iter()
-        .filter(|r| r.seq > mark && r.endpoint.as_deref() == Some(Endpoint::CreatePaymentIntent.as_str()))
+        .filter(|r| r.seq > mark && is_create(r))
         .collect();
     assert_eq!(creates.len(), 1, "one re-send once the clock is right: {creates:?}");
     assert_eq!(creates[0].idempotency_key.as_deref(), Some(attempt.idempotency_key.as_str()));
