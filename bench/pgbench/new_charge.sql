@@ -35,10 +35,7 @@ UPDATE payment_attempts SET
                                          ELSE action_started_at END,
                 status = CASE WHEN status = ANY(:unfinished) THEN :succeeded ELSE status END,
                 provider_payment_id = COALESCE(provider_payment_id, :inserted_idempotency_key),
-                review_reason = CASE WHEN :absent::text IS NULL THEN review_reason
-                                     WHEN review_reason IS NULL THEN :absent
-                                     WHEN strpos(review_reason, :absent) > 0 THEN review_reason
-                                     ELSE review_reason || '; ' || :absent END,
+                review_reason = append_review_reason(review_reason, :absent::text),
                 provider_calls = provider_calls + :calls,
                 check_count = check_count + 1,
                 next_check_at = now() + (:zero::bigint + :zero::bigint) * interval '1 microsecond',

@@ -277,8 +277,9 @@ impl Orchestrator {
             chrono_duration(self.settings.lookup_slack),
         );
         let created = CreatedRange { from, to };
+        let attempt_id = attempt.id.to_string();
         let belongs = |snapshot: &PaymentSnapshot| {
-            snapshot.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt.id.to_string())
+            snapshot.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt_id)
         };
         let mut progress = match &attempt.lookup_progress {
             ListProgress::Complete => ListProgress::NotStarted,

@@ -247,7 +247,8 @@ impl AttemptStore for PostgresStore {
         time: CallerTime,
     ) -> Result<Option<Attempt>, StoreError> {
         // In SET, `status` is the row's value before this update, so each CASE asks whether the
-        // move is allowed from the state the row really is in.
+        // move is allowed from the state the row really is in. A review reason is added to the
+        // earlier ones by the same function the webhook inbox uses (migration 20261203140001).
         sqlx::query(
             "UPDATE payment_attempts SET
                 failure_code = CASE WHEN status = ANY($3) THEN $6 ELSE failure_code END,
@@ -261,10 +262,7 @@ impl AttemptStore for PostgresStore {
                                          ELSE action_started_at END,
                 status = CASE WHEN status = ANY($3) THEN $2 ELSE status END,
                 provider_payment_id = COALESCE(provider_payment_id, $4),
-                review_reason = CASE WHEN $10::text IS NULL THEN review_reason
-                                     WHEN review_reason IS NULL THEN $10
-                                     WHEN strpos(review_reason, $10) > 0 THEN review_reason
-                                     ELSE review_reason || '; ' || $10 END,
+                review_reason = append_review_reason(review_reason, $10::text),
                 provider_calls = provider_calls + $11,
                 check_count = check_count + 1,
                 next_check_at = now() + ($15::bigint + $13::bigint) * interval '1 microsecond',

@@ -49,6 +49,15 @@ const DATABASE_NOW_3: &str = database_now!("3");
 const DATABASE_NOW_14: &str = database_now!("14");
 const DATABASE_NOW_15: &str = database_now!("15");
 
+/// PostgreSQL's `append_review_reason(review_reason, ?10)` (migration 20261203140001), inline:
+/// the new reason after the earlier ones, never twice, the whole under 8192 characters.
+const APPEND_REVIEW_REASON_10: &str = "CASE
+    WHEN ?10 IS NULL OR ?10 = '' THEN review_reason
+    WHEN review_reason IS NULL OR review_reason = '' THEN substr(?10, 1, 8192)
+    WHEN instr(review_reason, ?10) > 0 THEN review_reason
+    WHEN length(review_reason) + 2 + length(?10) > 8192 THEN review_reason
+    ELSE review_reason || '; ' || ?10 END";
+
 /// The SET of a statement that takes a lease: ?2 owner, ?3 the shift, ?4 duration and ?5 the
 /// key window's safe length (microseconds). A lease taken while the key is young enough to be
 /// sent extends the range in which a create can have reached the provider.
@@ -316,10 +325,7 @@ impl AttemptStore for SqliteStore {
                 status = CASE WHEN status IN (SELECT value FROM json_each(?3))
                               THEN ?2 ELSE status END,
                 provider_payment_id = COALESCE(provider_payment_id, ?4),
-                review_reason = CASE WHEN ?10 IS NULL THEN review_reason
-                                     WHEN review_reason IS NULL THEN ?10
-                                     WHEN instr(review_reason, ?10) > 0 THEN review_reason
-                                     ELSE review_reason || '; ' || ?10 END,
+                review_reason = {APPEND_REVIEW_REASON_10},
                 provider_calls = provider_calls + ?11,
                 check_count = check_count + 1,
                 next_check_at = {DATABASE_NOW_14} + ?12,

@@ -70,19 +70,7 @@ async fn insert(store: &dyn AttemptStore, new: &NewAttempt) -> Attempt {
 }
 
 fn round(status: AttemptStatus) -> RoundResult {
-    RoundResult {
-        status,
-        provider_payment_id: None,
-        provider_status: None,
-        failure: None,
-        next_action: None,
-        review_reason: None,
-        calls_made: 1,
-        next_check_in: Duration::seconds(60),
-        last_error: None,
-        create_replays_failure: false,
-        lookup_progress: None,
-    }
+    RoundResult::unchanged(status, 1, Duration::seconds(60), None)
 }
 
 fn assert_near(actual: DateTime<Utc>, expected: DateTime<Utc>, what: &str) {

@@ -173,17 +173,13 @@ async fn flag_for_review(app: &TestApp, pending: &Attempt) {
     };
     store.acquire_lease(pending.id, lease).await.unwrap().expect("the row is free");
     let flag = chargeguard::store::RoundResult {
-        status: AttemptStatus::Pending,
-        provider_payment_id: None,
-        provider_status: None,
-        failure: None,
-        next_action: None,
         review_reason: Some("the provider reports an idempotency key conflict: test".into()),
-        calls_made: 1,
-        next_check_in: chrono::Duration::zero(),
-        last_error: Some("idempotency key conflict".into()),
-        create_replays_failure: false,
-        lookup_progress: None,
+        ..chargeguard::store::RoundResult::unchanged(
+            AttemptStatus::Pending,
+            1,
+            chrono::Duration::zero(),
+            Some("idempotency key conflict".into()),
+        )
     };
     store.finish_round(pending.id, owner, &flag, lease.time).await.unwrap().unwrap();
 }

@@ -43,8 +43,13 @@ async fn raw_create(sim: &Sim, key: &str) -> RawAnswer {
 /// request log's (fault, replayed, status) of the three.
 async fn first_500_is_saved_and_replayed(
     sim: &Sim,
+    fault: FaultKind,
     key: &str,
 ) -> Vec<(Option<String>, bool, Option<u16>)> {
+    sim.control
+        .set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(fault, 1))
+        .await
+        .unwrap();
     let first = raw_create(sim, key).await;
     assert_eq!(first.status, 500, "{first:?}");
     assert_eq!(first.replayed, None, "a first answer is not a replay");
@@ -73,14 +78,7 @@ async fn first_500_is_saved_and_replayed(
 #[tokio::test]
 async fn fail_saved_saves_a_500_under_the_key_and_creates_nothing() {
     let sim = Sim::start().await;
-    sim.control
-        .set_fault(
-            Endpoint::CreatePaymentIntent,
-            FaultSpec::next(FaultKind::FailSaved, 1),
-        )
-        .await
-        .unwrap();
-    let log = first_500_is_saved_and_replayed(&sim, "key-fs").await;
+    let log = first_500_is_saved_and_replayed(&sim, FaultKind::FailSaved, "key-fs").await;
     assert_eq!(
         log,
         [
@@ -110,14 +108,7 @@ async fn fail_saved_saves_a_500_under_the_key_and_creates_nothing() {
 #[tokio::test]
 async fn apply_then_fail_saved_creates_the_object_and_saves_a_500_under_the_key() {
     let sim = Sim::start().await;
-    sim.control
-        .set_fault(
-            Endpoint::CreatePaymentIntent,
-            FaultSpec::next(FaultKind::ApplyThenFailSaved, 1),
-        )
-        .await
-        .unwrap();
-    let log = first_500_is_saved_and_replayed(&sim, "key-afs").await;
+    let log = first_500_is_saved_and_replayed(&sim, FaultKind::ApplyThenFailSaved, "key-afs").await;
     assert_eq!(
         log,
         [
