@@ -425,6 +425,7 @@ async fn call(shared: &Shared, clients: &mut Clients, key: &str) -> CallResult {
         customer: None,
         description: Some("chargeguard bench".to_owned()),
         metadata: HashMap::from([("bench".to_owned(), settings.label.clone())]),
+        attempt: None,
     });
     request
         .metadata_mut()

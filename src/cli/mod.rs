@@ -176,6 +176,7 @@ pub async fn charge(args: ChargeArgs) -> ExitCode {
             customer: args.customer,
             description: args.description,
             metadata,
+            attempt: None,
         };
         Ok::<_, ClientError>(client.charge(request).await?.into_inner())
     }
@@ -231,6 +232,7 @@ async fn list(args: ListArgs) -> ExitCode {
             created_to: args.to.map(timestamp),
             page_size: args.page_size.unwrap_or(0),
             page_token: args.page_token.unwrap_or_default(),
+            ..Default::default()
         };
         Ok::<_, ClientError>(client.list_attempts(request).await?.into_inner())
     }

@@ -24,19 +24,49 @@ impl std::fmt::Display for AttemptId {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptKind {
     Charge,
+    /// Money back from a succeeded charge: a row of its own, with its own operation key and
+    /// derived key, linked to the charge by `Attempt::parent_attempt_id`.
+    Refund,
 }
 
 impl AttemptKind {
     pub fn as_str(self) -> &'static str {
         match self {
             AttemptKind::Charge => "charge",
+            AttemptKind::Refund => "refund",
         }
     }
     pub fn parse(value: &str) -> Option<Self> {
         match value {
             "charge" => Some(AttemptKind::Charge),
+            "refund" => Some(AttemptKind::Refund),
             _ => None,
         }
+    }
+}
+
+/// Why money is given back, in Stripe's three words for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefundReason {
+    Duplicate,
+    Fraudulent,
+    RequestedByCustomer,
+}
+
+impl RefundReason {
+    pub const ALL: [RefundReason; 3] =
+        [RefundReason::Duplicate, RefundReason::Fraudulent, RefundReason::RequestedByCustomer];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefundReason::Duplicate => "duplicate",
+            RefundReason::Fraudulent => "fraudulent",
+            RefundReason::RequestedByCustomer => "requested_by_customer",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|reason| reason.as_str() == value)
     }
 }
 
@@ -203,7 +233,18 @@ pub struct Attempt {
     pub provider_payment_id: Option<String>,
     pub provider_status: Option<String>,
     pub idempotency_key: IdempotencyKey,
+    /// The operation's attempt number less one: attempt n of an operation is generation n - 1,
+    /// with a key of its own. Refunds have one attempt (generation 0).
     pub generation: u32,
+    /// A refund's charge; `None` for charges.
+    pub parent_attempt_id: Option<AttemptId>,
+    /// A refund's reason as sent to the provider; `None` for charges and unreasoned refunds.
+    pub refund_reason: Option<RefundReason>,
+    /// An earlier attempt's provider object that this attempt confirms again with its own key
+    /// and payment method; `None` when the attempt creates its own object.
+    pub confirms_payment_id: Option<String>,
+    /// A refund the provider reported failed after it had succeeded: when that was recorded.
+    pub failed_after_success_at: Option<DateTime<Utc>>,
     pub failure: Option<Failure>,
     pub next_action: Option<NextAction>,
     pub review_reason: Option<String>,
@@ -235,6 +276,11 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// The operation's attempt number, 1-based, as callers name it.
+    pub fn attempt_number(&self) -> u32 {
+        self.generation.saturating_add(1)
+    }
+
     pub fn is_leased_at(&self, now: DateTime<Utc>) -> bool {
         self.lease.is_some_and(|lease| lease.expires_at > now)
     }
@@ -292,6 +338,17 @@ mod tests {
         );
         check(None, Some("insufficient_funds"), None, ("payment_failed", "decline_code: insufficient_funds"));
         check(None, None, Some("no"), ("payment_failed", "no"));
+    }
+
+    #[test]
+    fn kind_and_reason_names_round_trip() {
+        for kind in [AttemptKind::Charge, AttemptKind::Refund] {
+            assert_eq!(AttemptKind::parse(kind.as_str()), Some(kind));
+        }
+        for reason in RefundReason::ALL {
+            assert_eq!(RefundReason::parse(reason.as_str()), Some(reason));
+        }
+        assert_eq!(RefundReason::parse("because"), None);
     }
 
     #[test]

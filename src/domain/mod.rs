@@ -16,7 +16,7 @@ mod review;
 
 pub use attempt::{
     Attempt, AttemptId, AttemptKind, AttemptStatus, Failure, Lease, LeaseOwner, ListProgress,
-    NextAction,
+    NextAction, RefundReason,
 };
 pub use charge_request::{
     ChargeParams, ChargeRequest, Description, Fingerprint, Metadata, PaymentMethodId, CustomerId,

@@ -102,6 +102,7 @@ pub fn outcome_to_proto(outcome: ChargeOutcome) -> proto::ChargeOutcome {
 pub fn attempt_to_proto(attempt: &Attempt) -> proto::Attempt {
     let kind = match attempt.kind {
         AttemptKind::Charge => proto::AttemptKind::Charge,
+        AttemptKind::Refund => proto::AttemptKind::Refund,
     };
     proto::Attempt {
         attempt_id: attempt.id.to_string(),
@@ -131,5 +132,12 @@ pub fn attempt_to_proto(attempt: &Attempt) -> proto::Attempt {
         needs_review: attempt.review_reason.is_some(),
         review_reason: attempt.review_reason.clone().unwrap_or_default(),
         provider_status: attempt.provider_status.clone().unwrap_or_default(),
+        attempt_number: attempt.attempt_number(),
+        parent_attempt_id: attempt.parent_attempt_id.map(|id| id.to_string()).unwrap_or_default(),
+        refund_reason: attempt.refund_reason.map(|reason| reason.as_str().to_owned()).unwrap_or_default(),
+        // Filled by the refund work (issue 15).
+        refunded_minor: 0,
+        refund_pending_minor: 0,
+        refund_failed_after_success: attempt.failed_after_success_at.is_some(),
     }
 }

@@ -34,11 +34,18 @@ impl Payments for PaymentsService {
         }))
     }
 
+    async fn refund(&self, request: Request<proto::RefundRequest>) -> Result<Response<proto::RefundResponse>, Status> {
+        // The refund work (issue 15) implements this; nothing is written or sent meanwhile.
+        self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        Err(Status::unimplemented("Refund is not implemented yet"))
+    }
+
     async fn get_attempt(&self, request: Request<proto::GetAttemptRequest>) -> Result<Response<proto::GetAttemptResponse>, Status> {
         let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
         let selector = convert::selector(request.get_ref()).map_err(status::invalid_field)?;
         let attempt = self.orchestrator.get_attempt(&consumer, selector).await.map_err(status::from_orchestrator)?;
-        Ok(Response::new(proto::GetAttemptResponse { attempt: Some(convert::attempt_to_proto(&attempt)) }))
+        // Counted by the attempt-number work (issue 16); until then an operation has one.
+        Ok(Response::new(proto::GetAttemptResponse { attempt: Some(convert::attempt_to_proto(&attempt)), operation_attempts: 1 }))
     }
 
     async fn list_attempts(&self, request: Request<proto::ListAttemptsRequest>) -> Result<Response<proto::ListAttemptsResponse>, Status> {

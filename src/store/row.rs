@@ -12,7 +12,7 @@ use super::StoreError;
 use crate::domain::{
     Attempt, AttemptId, AttemptKind, AttemptStatus, ChargeParams, ConsumerName, Currency,
     CustomerId, Description, Failure, Fingerprint, IdempotencyKey, Lease, LeaseOwner, Metadata,
-    ListProgress, NextAction, OperationKey, PaymentMethodId,
+    ListProgress, NextAction, OperationKey, PaymentMethodId, RefundReason,
 };
 
 const PROGRESS_AFTER: &str = "after:";
@@ -136,6 +136,17 @@ pub(super) fn attempt_from_row(row: &impl AttemptColumns) -> Result<Attempt, Sto
         provider_status: get_optional_text("provider_status")?,
         idempotency_key: IdempotencyKey::from_stored(get_text("idempotency_key")?),
         generation: get_count("generation")?,
+        parent_attempt_id: row
+            .uuid("parent_attempt_id")
+            .map_err(|error| corrupt(id, error))?
+            .map(AttemptId::from_uuid),
+        refund_reason: get_optional_text("refund_reason")?
+            .map(|reason| {
+                RefundReason::parse(&reason).ok_or_else(|| corrupt(id, format!("unknown refund_reason {reason:?}")))
+            })
+            .transpose()?,
+        confirms_payment_id: get_optional_text("confirms_payment_id")?,
+        failed_after_success_at: get_optional_time("failed_after_success_at")?,
         failure,
         next_action,
         review_reason: get_optional_text("review_reason")?,

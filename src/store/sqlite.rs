@@ -220,7 +220,8 @@ impl AttemptStore for SqliteStore {
         consumer: &ConsumerName,
         operation_key: &OperationKey,
     ) -> Result<Option<Attempt>, StoreError> {
-        sqlx::query("SELECT * FROM payment_attempts WHERE consumer = ?1 AND operation_key = ?2")
+        sqlx::query("SELECT * FROM payment_attempts WHERE consumer = ?1 AND operation_key = ?2
+             ORDER BY generation DESC LIMIT 1")
             .bind(consumer.as_str())
             .bind(operation_key.as_str())
             .fetch_optional(&self.pool)

@@ -225,6 +225,7 @@ pub fn charge_request(operation_key: &str) -> ChargeRequest {
         customer: None,
         description: Some("test order".to_owned()),
         metadata: [("order_id".to_owned(), operation_key.to_owned())].into(),
+        attempt: None,
     }
 }
 
