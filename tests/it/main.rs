@@ -8,6 +8,7 @@ mod bench;
 mod charge;
 mod embedded;
 mod insert_race;
+mod migrations;
 mod outcome_cache;
 mod ops;
 mod provider;
