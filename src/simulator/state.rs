@@ -638,7 +638,8 @@ impl State {
             return Err(ApiError::invalid_request(
                 Some("amount"),
                 format!(
-                    "Refund amount ({}) is greater than unrefunded amount on charge ({}).",
+                    // Stripe's wording, without a final period.
+                    "Refund amount ({}) is greater than unrefunded amount on charge ({})",
                     money(&intent.currency, amount),
                     money(&intent.currency, refundable)
                 ),
@@ -1002,16 +1003,18 @@ impl State {
     }
 }
 
-/// An amount as Stripe's refund errors write it: `$7.01` for usd, `7.01 EUR` otherwise.
+/// An amount as Stripe's refund errors write it: a symbol for usd, gbp and eur (`$7.01`,
+/// `£7.01`), `7.01 CHF` for the others.
 fn money(currency: &str, amount_minor: i64) -> String {
     let Ok(parsed) = crate::domain::Currency::parse(currency) else {
         return amount_minor.to_string();
     };
     let major = parsed.format_major(amount_minor);
-    if currency == "usd" {
-        format!("${major}")
-    } else {
-        format!("{major} {}", currency.to_ascii_uppercase())
+    match currency {
+        "usd" => format!("${major}"),
+        "gbp" => format!("£{major}"),
+        "eur" => format!("€{major}"),
+        _ => format!("{major} {}", currency.to_ascii_uppercase()),
     }
 }
 
@@ -1103,6 +1106,15 @@ mod tests {
         };
         let cursor = |id: &str| id.parse::<i64>().ok().map(|created| (created, 0));
         page(keys, &query, cursor, |item| json!(item), "thing", "/v1/things").unwrap()
+    }
+
+    #[test]
+    fn refund_errors_write_amounts_in_major_units_as_stripe_does() {
+        assert_eq!(money("usd", 2_500), "$25.00");
+        assert_eq!(money("gbp", 9_390), "£93.90");
+        assert_eq!(money("eur", 5), "€0.05");
+        assert_eq!(money("jpy", 500), "500 JPY");
+        assert_eq!(money("kwd", 1_234), "1.234 KWD");
     }
 
     #[test]

@@ -52,7 +52,7 @@ async fn partial_refunds_add_up_and_an_over_refund_is_refused_in_stripes_words()
     assert_eq!(over.code, Some(ApiErrorsCode::AmountTooLarge));
     assert_eq!(
         over.message.as_deref(),
-        Some("Refund amount ($7.02) is greater than unrefunded amount on charge ($7.01).")
+        Some("Refund amount ($7.02) is greater than unrefunded amount on charge ($7.01)")
     );
     assert_eq!(amount_refunded(&sim, &intent).await, 299, "a refused refund moves nothing");
 
