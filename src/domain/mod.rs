@@ -26,7 +26,7 @@ pub use currency::Currency;
 pub use idempotency::{IdempotencyKey, derive_idempotency_key};
 pub use operation::{ConsumerName, OperationKey};
 pub use provider_payment::{PaymentSnapshot, ProviderPaymentStatus, Resolution, resolve_snapshot};
-pub use provider_refund::RefundSnapshot;
+pub use provider_refund::{RefundSnapshot, RefundStatus};
 pub use recovery::{
     CLOCK_SKEW_TOLERANCE, ClockReadings, KeyAge, KeyWindow, LookupResolution,
     PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step, lookup_created_range,

@@ -8,7 +8,10 @@ mod transport;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::{AttemptId, ChargeParams, ConsumerName, Failure, IdempotencyKey, OperationKey, PaymentSnapshot, RefundSnapshot};
+use crate::domain::{
+    AttemptId, ChargeParams, ConsumerName, Failure, IdempotencyKey, Metadata, OperationKey, PaymentSnapshot,
+    RefundSnapshot,
+};
 
 pub use self::stripe::{StripeProvider, StripeProviderConfig};
 
@@ -28,6 +31,48 @@ pub struct CreatePayment<'a> {
     pub idempotency_key: &'a IdempotencyKey,
     /// As stored on the attempt when it was written: a re-send under the key sends the same.
     pub return_url: Option<&'a str>,
+}
+
+/// A confirmation of an existing payment with a (new) payment method: Stripe's recovery after a
+/// decline (`POST /v1/payment_intents/{id}/confirm`). A payment succeeds at most once, so the
+/// provider itself refuses a second success.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfirmPayment<'a> {
+    pub provider_payment_id: &'a str,
+    pub payment_method: &'a str,
+    /// The confirming attempt's own key (never the key that created the payment).
+    pub idempotency_key: &'a IdempotencyKey,
+    pub return_url: Option<&'a str>,
+}
+
+/// What a refund create is for. The metadata sent is the caller's plus the three
+/// `METADATA_*` keys naming the refund attempt, so that the refund can be found again by listing
+/// the payment's refunds (Stripe has no refund search).
+#[derive(Debug, Clone, Copy)]
+pub struct CreateRefund<'a> {
+    /// The refund attempt (not the charge it refunds).
+    pub attempt_id: AttemptId,
+    pub consumer: &'a ConsumerName,
+    /// The refund's own operation key.
+    pub operation_key: &'a OperationKey,
+    /// The provider's payment (a PaymentIntent id) the money comes back from.
+    pub payment_id: &'a str,
+    pub amount_minor: i64,
+    /// Stripe's `duplicate`, `fraudulent` or `requested_by_customer`.
+    pub reason: Option<&'a str>,
+    pub metadata: &'a Metadata,
+    pub idempotency_key: &'a IdempotencyKey,
+}
+
+/// A refund create that the provider decided.
+#[derive(Debug, Clone)]
+pub enum RefundOutcome {
+    /// The provider holds this refund (pending, succeeded, or already failed).
+    Refund(RefundSnapshot),
+    /// Refused before anything moved: more than is left to refund, a charge already fully
+    /// refunded (`charge_already_refunded`), disputed, or not refundable. Terminal; the same key
+    /// would get the same answer.
+    Rejected { failure: Failure },
 }
 
 /// A create that the provider decided. Every case is terminal or a known provider state.
@@ -116,6 +161,27 @@ pub trait PaymentProvider: Send + Sync + 'static {
         cursor: Option<&str>,
         limit: u32,
     ) -> Result<PaymentPage, ProviderError>;
+
+    /// Confirms an existing payment with `payment_method` under the confirming attempt's key.
+    /// Classified exactly as `create_payment`: a decline is `CreateOutcome::Declined` carrying
+    /// the payment's id; a payment that cannot be confirmed (already succeeded, canceled) is
+    /// `Rejected` (`payment_intent_unexpected_state`). Never retries.
+    async fn confirm_payment(&self, request: ConfirmPayment<'_>) -> Result<CreateOutcome, ProviderError>;
+
+    /// Sends one refund create with the given key; classified like `create_payment` (a 5xx or
+    /// timeout is `OutcomeUnknown`, a replayed saved failure `ReplayedFailure`, a key used with
+    /// other parameters `KeyConflict`). Never retries.
+    async fn create_refund(&self, request: CreateRefund<'_>) -> Result<RefundOutcome, ProviderError>;
+
+    async fn retrieve_refund(&self, provider_refund_id: &str) -> Result<RefundSnapshot, ProviderError>;
+
+    /// One page of a payment's refunds, newest first (the list does not lag, unlike search).
+    async fn list_refunds_for_payment(
+        &self,
+        provider_payment_id: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<RefundPage, ProviderError>;
 
     /// Refunds created in `created` (reports total what the provider returned).
     async fn list_refunds(

@@ -6,19 +6,23 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use stripe::{ApiErrors, ApiErrorsType, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::{
-    CancelPaymentIntent, CreatePaymentIntent, ListPaymentIntent, RetrievePaymentIntent,
+    CancelPaymentIntent, ConfirmPaymentIntent, CreatePaymentIntent, ListPaymentIntent, RetrievePaymentIntent,
     SearchPaymentIntent,
 };
-use stripe_core::refund::ListRefund;
-use stripe_core::{PaymentIntent, PaymentIntentStatus};
+use stripe_core::refund::{CreateRefund as StripeCreateRefund, CreateRefundReason, ListRefund, RetrieveRefund};
+use stripe_core::{PaymentIntent, PaymentIntentStatus, Refund};
 use stripe_types::{Currency as StripeCurrency, RangeBoundsTs, RangeQueryTs};
 
 use super::transport::{CallError, PooledStripeClient};
 use super::{
-    CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, METADATA_CONSUMER,
-    METADATA_OPERATION_KEY, PaymentPage, PaymentProvider, ProviderError, RefundPage,
+    ConfirmPayment, CreateOutcome, CreatePayment, CreateRefund, CreatedRange, METADATA_ATTEMPT_ID,
+    METADATA_CONSUMER, METADATA_OPERATION_KEY, PaymentPage, PaymentProvider, ProviderError, RefundOutcome,
+    RefundPage,
 };
-use crate::domain::{AttemptId, Failure, NextAction, PaymentSnapshot, ProviderPaymentStatus, RefundSnapshot};
+use crate::domain::{
+    AttemptId, ConsumerName, Failure, IdempotencyKey, Metadata, NextAction, OperationKey, PaymentSnapshot,
+    ProviderPaymentStatus, RefundSnapshot,
+};
 use crate::secret::Secret;
 
 /// Stripe's largest page.
@@ -66,6 +70,22 @@ impl StripeProvider {
     }
 }
 
+impl StripeProvider {
+    /// Sends one keyed write whose answer is a PaymentIntent (a create or a confirm), read as
+    /// a create's answer.
+    async fn send_payment_write(
+        &self,
+        request: &impl StripeRequest<Output = PaymentIntent>,
+        key: &IdempotencyKey,
+    ) -> Result<CreateOutcome, ProviderError> {
+        let answer = request.customize().request_strategy(idempotent(key)?).send(&self.client).await;
+        match answer {
+            Ok(intent) => Ok(CreateOutcome::Payment(snapshot(&intent))),
+            Err(error) => classify_create_error(error),
+        }
+    }
+}
+
 #[async_trait]
 impl PaymentProvider for StripeProvider {
     fn name(&self) -> &'static str {
@@ -75,16 +95,8 @@ impl PaymentProvider for StripeProvider {
     async fn create_payment(&self, request: CreatePayment<'_>) -> Result<CreateOutcome, ProviderError> {
         let currency = StripeCurrency::from_str(request.params.currency.code())
             .map_err(|_| ProviderError::NotExecuted("unsupported currency".to_owned()))?;
-        let mut metadata: HashMap<String, String> = request
-            .params
-            .metadata
-            .entries()
-            .iter()
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect();
-        metadata.insert(METADATA_ATTEMPT_ID.to_owned(), request.attempt_id.to_string());
-        metadata.insert(METADATA_CONSUMER.to_owned(), request.consumer.to_string());
-        metadata.insert(METADATA_OPERATION_KEY.to_owned(), request.operation_key.to_string());
+        let metadata =
+            tagged_metadata(&request.params.metadata, request.attempt_id, request.consumer, request.operation_key);
         let mut create = CreatePaymentIntent::new(request.params.amount_minor, currency)
             .confirm(true)
             .payment_method(request.params.payment_method.as_str())
@@ -98,17 +110,63 @@ impl PaymentProvider for StripeProvider {
         if let Some(return_url) = request.return_url {
             create = create.return_url(return_url);
         }
-        let key = stripe::IdempotencyKey::new(request.idempotency_key.as_str())
-            .map_err(|error| ProviderError::NotExecuted(format!("idempotency key: {error}")))?;
+        self.send_payment_write(&create, request.idempotency_key).await
+    }
+
+    async fn confirm_payment(&self, request: ConfirmPayment<'_>) -> Result<CreateOutcome, ProviderError> {
+        let mut confirm =
+            ConfirmPaymentIntent::new(request.provider_payment_id).payment_method(request.payment_method);
+        if let Some(return_url) = request.return_url {
+            confirm = confirm.return_url(return_url);
+        }
+        self.send_payment_write(&confirm, request.idempotency_key).await
+    }
+
+    async fn create_refund(&self, request: CreateRefund<'_>) -> Result<RefundOutcome, ProviderError> {
+        let metadata = tagged_metadata(request.metadata, request.attempt_id, request.consumer, request.operation_key);
+        let mut create = StripeCreateRefund::new()
+            .payment_intent(request.payment_id)
+            .amount(request.amount_minor)
+            .metadata(metadata);
+        if let Some(reason) = request.reason {
+            // Infallible: an unknown reason is sent as given, and the provider names it.
+            let Ok(reason) = CreateRefundReason::from_str(reason);
+            create = create.reason(reason);
+        }
         let answer = create
             .customize()
-            .request_strategy(RequestStrategy::Idempotent(key))
+            .request_strategy(idempotent(request.idempotency_key)?)
             .send(&self.client)
             .await;
         match answer {
-            Ok(intent) => Ok(CreateOutcome::Payment(snapshot(&intent))),
-            Err(error) => classify_create_error(error),
+            Ok(refund) => Ok(RefundOutcome::Refund(refund_snapshot(&refund))),
+            // A refund has no card to decline; a 402 would still be a refusal, not an unknown.
+            Err(error) => classify_write_error(error).map(|refusal| match refusal {
+                Refusal::Declined { failure, .. } | Refusal::Rejected { failure } => RefundOutcome::Rejected { failure },
+            }),
         }
+    }
+
+    async fn retrieve_refund(&self, provider_refund_id: &str) -> Result<RefundSnapshot, ProviderError> {
+        RetrieveRefund::new(provider_refund_id)
+            .send(&self.client)
+            .await
+            .map(|refund| refund_snapshot(&refund))
+            .map_err(classify_read_error)
+    }
+
+    async fn list_refunds_for_payment(
+        &self,
+        provider_payment_id: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<RefundPage, ProviderError> {
+        let mut list = ListRefund::new().payment_intent(provider_payment_id).limit(i64::from(limit.min(PAGE_SIZE_MAX)));
+        if let Some(cursor) = cursor {
+            list = list.starting_after(cursor);
+        }
+        let page = list.send(&self.client).await.map_err(classify_read_error)?;
+        Ok(refund_page(&page))
     }
 
     async fn retrieve_payment(&self, provider_payment_id: &str) -> Result<PaymentSnapshot, ProviderError> {
@@ -175,20 +233,52 @@ impl PaymentProvider for StripeProvider {
             list = list.starting_after(cursor);
         }
         let page = list.send(&self.client).await.map_err(classify_read_error)?;
-        let next_cursor = if page.has_more { page.data.last().map(|r| r.id.to_string()) } else { None };
-        let refunds = page
-            .data
+        Ok(refund_page(&page))
+    }
+}
+
+fn idempotent(key: &IdempotencyKey) -> Result<RequestStrategy, ProviderError> {
+    stripe::IdempotencyKey::new(key.as_str())
+        .map(RequestStrategy::Idempotent)
+        .map_err(|error| ProviderError::NotExecuted(format!("idempotency key: {error}")))
+}
+
+/// The caller's metadata plus the keys naming the attempt, as every object chargeguard creates
+/// carries them.
+fn tagged_metadata(
+    caller: &Metadata,
+    attempt_id: AttemptId,
+    consumer: &ConsumerName,
+    operation_key: &OperationKey,
+) -> HashMap<String, String> {
+    let mut metadata: HashMap<String, String> =
+        caller.entries().iter().map(|(key, value)| (key.clone(), value.clone())).collect();
+    metadata.insert(METADATA_ATTEMPT_ID.to_owned(), attempt_id.to_string());
+    metadata.insert(METADATA_CONSUMER.to_owned(), consumer.to_string());
+    metadata.insert(METADATA_OPERATION_KEY.to_owned(), operation_key.to_string());
+    metadata
+}
+
+fn refund_page(page: &stripe_types::List<Refund>) -> RefundPage {
+    let next_cursor = if page.has_more { page.data.last().map(|r| r.id.to_string()) } else { None };
+    RefundPage { refunds: page.data.iter().map(refund_snapshot).collect(), next_cursor }
+}
+
+fn refund_snapshot(refund: &Refund) -> RefundSnapshot {
+    RefundSnapshot {
+        id: refund.id.to_string(),
+        payment_id: refund.payment_intent.as_ref().map(|intent| intent.id().to_string()),
+        status: refund.status.clone().unwrap_or_default(),
+        amount_minor: refund.amount,
+        currency: refund.currency.to_string(),
+        created: timestamp(refund.created),
+        metadata: refund
+            .metadata
             .iter()
-            .map(|refund| RefundSnapshot {
-                id: refund.id.to_string(),
-                payment_id: refund.payment_intent.as_ref().map(|intent| intent.id().to_string()),
-                status: refund.status.clone().unwrap_or_default(),
-                amount_minor: refund.amount,
-                currency: refund.currency.to_string(),
-                created: timestamp(refund.created),
-            })
-            .collect();
-        Ok(RefundPage { refunds, next_cursor })
+            .flatten()
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+        failure_reason: refund.failure_reason.clone(),
     }
 }
 
@@ -212,13 +302,26 @@ fn failure_from(api: &ApiErrors, fallback_code: &str) -> Failure {
     )
 }
 
-/// The order matters. A 409 "key in use" first: Stripe never saves one, so it is never a
+/// A write the provider refused as a business outcome: terminal whether first or replayed.
+enum Refusal {
+    Declined { failure: Failure, provider_payment_id: Option<String> },
+    Rejected { failure: Failure },
+}
+
+fn classify_create_error(error: CallError) -> Result<CreateOutcome, ProviderError> {
+    classify_write_error(error).map(|refusal| match refusal {
+        Refusal::Declined { failure, provider_payment_id } => CreateOutcome::Declined { failure, provider_payment_id },
+        Refusal::Rejected { failure } => CreateOutcome::Rejected { failure },
+    })
+}
+
+/// How every keyed write (create, confirm, refund) reads a failed answer. The order matters. A 409 "key in use" first: Stripe never saves one, so it is never a
 /// replay. Then the business outcomes (decline, invalid request) and a key conflict: the same
 /// whether first or replayed — a replayed decline *is* the decision. Then a replay of anything
 /// else (a saved 5xx, or any other non-success Stripe saved for the key): the key will never
 /// answer differently, so re-sending it is pointless (`ReplayedFailure`). Only then the first
 /// answers that leave the outcome unknown or the request unexecuted.
-fn classify_create_error(error: CallError) -> Result<CreateOutcome, ProviderError> {
+fn classify_write_error(error: CallError) -> Result<Refusal, ProviderError> {
     let (api, status, replayed) = match error {
         CallError::Stripe { error: StripeError::Stripe(api, status), replayed } => (api, status, replayed),
         CallError::Stripe { error, .. } => return Err(classify_transport_error(error)),
@@ -234,7 +337,7 @@ fn classify_create_error(error: CallError) -> Result<CreateOutcome, ProviderErro
     }
     let answered = || format!("provider answered {status}: {}", api.message.as_deref().unwrap_or(""));
     match (&api.type_, status) {
-        (ApiErrorsType::CardError, _) | (_, 402) => Ok(CreateOutcome::Declined {
+        (ApiErrorsType::CardError, _) | (_, 402) => Ok(Refusal::Declined {
             failure: failure_from(&api, "card_declined"),
             provider_payment_id: api.payment_intent.as_ref().map(|intent| intent.id.to_string()),
         }),
@@ -242,7 +345,7 @@ fn classify_create_error(error: CallError) -> Result<CreateOutcome, ProviderErro
             api.message.clone().unwrap_or_else(|| "idempotency_error".to_owned()),
         )),
         (ApiErrorsType::InvalidRequestError, 400 | 404) => {
-            Ok(CreateOutcome::Rejected { failure: failure_from(&api, "invalid_request") })
+            Ok(Refusal::Rejected { failure: failure_from(&api, "invalid_request") })
         }
         _ if replayed => Err(ProviderError::ReplayedFailure(format!("{}, replayed for this key", answered()))),
         (_, 401 | 403 | 429) => Err(ProviderError::NotExecuted(answered())),

@@ -8,10 +8,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::control::{
-    AdvanceClock, Authenticate, AuthenticationOutcome, Clock, Connections, ForcePaymentIntent, Ledger,
-    LedgerPaymentIntent, RequestLogEntry, SeedPaymentIntent, SetFault, SetWebhookMode,
-    SetWebhookTarget,
+    AdvanceClock, Authenticate, AuthenticationOutcome, Clock, CloseDispute, Connections, FailRefund,
+    ForcePaymentIntent, Ledger, LedgerPaymentIntent, OpenDispute, RefundMode, RequestLogEntry,
+    SeedPaymentIntent, SetFault, SetRefundMode, SetWebhookMode, SetWebhookTarget,
 };
+use super::model::DisputeStatus;
 use super::faults::{FaultSpec, FaultTarget};
 use super::webhooks::{DeliveryRecord, EventRecord, FlushReport, WebhookMode};
 
@@ -230,5 +231,51 @@ impl SimControl {
         )
         .await
         .map(drop)
+    }
+
+    /// The status refunds created from now on start in.
+    pub async fn set_refund_mode(&self, mode: RefundMode) -> anyhow::Result<()> {
+        self.post::<Value>("refunds/mode", &SetRefundMode { mode })
+            .await
+            .map(drop)
+    }
+
+    /// Fails a pending or succeeded refund (the amount is refundable again); returns the
+    /// refund's JSON. `None` fails it with `expired_or_canceled_card`.
+    pub async fn fail_refund(
+        &self,
+        refund_id: &str,
+        failure_reason: Option<&str>,
+    ) -> anyhow::Result<Value> {
+        let body = FailRefund {
+            failure_reason: failure_reason.map(str::to_owned),
+        };
+        self.post(&format!("refunds/{refund_id}/fail"), &body).await
+    }
+
+    /// A pending refund succeeds; returns the refund's JSON.
+    pub async fn settle_refund(&self, refund_id: &str) -> anyhow::Result<Value> {
+        self.post(&format!("refunds/{refund_id}/settle"), &Value::Null)
+            .await
+    }
+
+    /// Opens a dispute on a succeeded intent's charge; returns the dispute's JSON.
+    pub async fn open_dispute(
+        &self,
+        payment_intent_id: &str,
+        open: OpenDispute,
+    ) -> anyhow::Result<Value> {
+        self.post(&format!("payment_intents/{payment_intent_id}/dispute"), &open)
+            .await
+    }
+
+    /// Closes a dispute as `won` or `lost`; returns the dispute's JSON.
+    pub async fn close_dispute(
+        &self,
+        dispute_id: &str,
+        status: DisputeStatus,
+    ) -> anyhow::Result<Value> {
+        self.post(&format!("disputes/{dispute_id}/close"), &CloseDispute { status })
+            .await
     }
 }

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::WebhookTarget;
 use super::faults::{FaultSpec, FaultTarget};
-use super::model::{Confirmation, Origin};
+use super::model::{Confirmation, DisputeStatus, Origin};
 use super::server::{App, Reply};
 use super::webhooks::WebhookMode;
 
@@ -19,8 +19,11 @@ use super::webhooks::WebhookMode;
 pub struct Ledger {
     /// In creation order.
     pub payment_intents: Vec<LedgerPaymentIntent>,
-    /// In creation order.
+    /// In creation order, whatever their status (failed ones returned nothing).
     pub refunds: Vec<LedgerRefund>,
+    /// In creation order.
+    #[serde(default)]
+    pub disputes: Vec<LedgerDispute>,
 }
 
 impl Ledger {
@@ -40,6 +43,22 @@ impl Ledger {
         self.payment_intents
             .iter()
             .filter(move |intent| intent.metadata.get(key).is_some_and(|found| found == value))
+    }
+
+    /// The refunds of one intent, oldest first.
+    pub fn refunds_of<'a>(&'a self, payment_intent: &'a str) -> impl Iterator<Item = &'a LedgerRefund> {
+        self.refunds
+            .iter()
+            .filter(move |refund| refund.payment_intent == payment_intent)
+    }
+
+    /// Money really returned on one intent: the sum of its `succeeded` refunds (pending ones
+    /// may still fail, failed ones returned nothing).
+    pub fn refunded_minor(&self, payment_intent: &str) -> i64 {
+        self.refunds_of(payment_intent)
+            .filter(|refund| refund.status == "succeeded")
+            .map(|refund| refund.amount)
+            .sum()
     }
 }
 
@@ -76,8 +95,69 @@ pub struct LedgerRefund {
     pub metadata: BTreeMap<String, String>,
     pub amount: i64,
     pub currency: String,
+    /// `pending`, `succeeded` or `failed`.
     pub status: String,
+    /// Why a failed refund failed (`expired_or_canceled_card`, ...).
+    #[serde(default)]
+    pub failure_reason: Option<String>,
+    /// The reason the request gave (`duplicate`, `fraudulent`, `requested_by_customer`).
+    #[serde(default)]
+    pub reason: Option<String>,
     pub created: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerDispute {
+    pub id: String,
+    pub payment_intent: String,
+    pub charge: String,
+    pub amount: i64,
+    pub currency: String,
+    /// `needs_response`, `won` or `lost`.
+    pub status: String,
+    pub reason: String,
+    pub created: i64,
+}
+
+/// The status refunds created from now on start in (`POST /_sim/refunds/mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefundMode {
+    /// As for cards: a refund succeeds at once.
+    #[default]
+    Succeeded,
+    /// As for some payment methods: `pending` until `/_sim/refunds/{id}/settle` or `/fail`.
+    Pending,
+}
+
+/// Fails a pending or succeeded refund (`POST /_sim/refunds/{id}/fail`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailRefund {
+    /// Defaults to `expired_or_canceled_card`.
+    #[serde(default)]
+    pub failure_reason: Option<String>,
+}
+
+/// Opens a dispute on a succeeded intent's charge (`POST /_sim/payment_intents/{id}/dispute`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenDispute {
+    /// Defaults to the amount charged.
+    #[serde(default)]
+    pub amount: Option<i64>,
+    /// One of Stripe's dispute reasons; defaults to `general`.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Closes a dispute (`POST /_sim/disputes/{id}/close`), `won` or `lost`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloseDispute {
+    pub status: DisputeStatus,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct SetRefundMode {
+    pub mode: RefundMode,
 }
 
 /// One `/v1` request as the simulator saw it.
@@ -199,6 +279,8 @@ fn fail(status: StatusCode, message: impl Into<String>) -> Reply {
 // A `Reply` is the error path of every control route; boxing it buys nothing here.
 #[allow(clippy::result_large_err)]
 fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Reply> {
+    // An empty body is an empty object: controls whose fields all have defaults need none.
+    let body = if body.iter().all(u8::is_ascii_whitespace) { b"{}".as_slice() } else { body };
     serde_json::from_slice(body)
         .map_err(|error| fail(StatusCode::BAD_REQUEST, format!("invalid body: {error}")))
 }
@@ -295,6 +377,46 @@ async fn route(app: &App, method: &Method, path: &str, body: &[u8]) -> Result<Re
                 .authenticate(id, authenticate.outcome, now)
                 .map_err(|error| fail(StatusCode::BAD_REQUEST, error))?;
             ok_json(&intent)
+        }
+        ("POST", ["refunds", "mode"]) => {
+            let mode: SetRefundMode = parse(body)?;
+            app.state().set_refund_mode(mode.mode);
+            no_content()
+        }
+        ("POST", ["refunds", id, "fail"]) => {
+            let fail_refund: FailRefund = parse(body)?;
+            let now = app.now();
+            let refund = app
+                .state()
+                .fail_refund(id, fail_refund, now)
+                .map_err(|error| fail(StatusCode::BAD_REQUEST, error))?;
+            ok_json(&refund)
+        }
+        ("POST", ["refunds", id, "settle"]) => {
+            let now = app.now();
+            let refund = app
+                .state()
+                .settle_refund(id, now)
+                .map_err(|error| fail(StatusCode::BAD_REQUEST, error))?;
+            ok_json(&refund)
+        }
+        ("POST", ["payment_intents", id, "dispute"]) => {
+            let open: OpenDispute = parse(body)?;
+            let now = app.now();
+            let dispute = app
+                .state()
+                .open_dispute(id, open, now)
+                .map_err(|error| fail(StatusCode::BAD_REQUEST, error))?;
+            ok_json(&dispute)
+        }
+        ("POST", ["disputes", id, "close"]) => {
+            let close: CloseDispute = parse(body)?;
+            let now = app.now();
+            let dispute = app
+                .state()
+                .close_dispute(id, close, now)
+                .map_err(|error| fail(StatusCode::BAD_REQUEST, error))?;
+            ok_json(&dispute)
         }
         // The `next_action.redirect_to_url.url` of a `requires_action` intent: opening it
         // completes authentication, as a customer would, then returns to `return_url`.

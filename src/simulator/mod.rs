@@ -37,11 +37,12 @@ use std::sync::Arc;
 
 pub use client::SimControl;
 pub use control::{
-    AuthenticationOutcome, ForcePaymentIntent, Ledger, LedgerPaymentIntent, LedgerRefund,
-    RequestLogEntry, SeedPaymentIntent,
+    AuthenticationOutcome, CloseDispute, FailRefund, ForcePaymentIntent, Ledger, LedgerDispute,
+    LedgerPaymentIntent, LedgerRefund, OpenDispute, RefundMode, RequestLogEntry,
+    SeedPaymentIntent,
 };
 pub use faults::{Endpoint, FaultKind, FaultSpec, FaultTarget, FaultTrigger};
-pub use model::Confirmation;
+pub use model::{Confirmation, DisputeStatus};
 pub use webhooks::{DeliveryRecord, EventRecord, FlushReport, WebhookMode};
 
 /// The Stripe API version events are rendered for: the one async-stripe was generated for, so
@@ -73,7 +74,7 @@ impl fmt::Debug for WebhookTarget {
 /// A bound on everything the simulator keeps or does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimulatorLimits {
-    /// Payment intents plus refunds kept in memory; creates beyond it are refused.
+    /// Payment intents, refunds and disputes kept in memory; creates beyond it are refused.
     pub objects_max: usize,
     /// Idempotency keys kept (expired ones are pruned first); new keys beyond it are refused.
     pub idempotency_keys_max: usize,

@@ -70,9 +70,9 @@ pub enum Settlement {
 pub fn test_payment_method(name: &str) -> Option<CardBehaviour> {
     const DECLINED: &str = "Your card was declined.";
     Some(match name {
-        "pm_card_visa" | "pm_card_visa_debit" | "pm_card_mastercard" | "pm_card_amex" => {
-            CardBehaviour::Succeeds
-        }
+        // The charge of `pm_card_refundFail` succeeds; its refunds fail later (state.rs).
+        "pm_card_visa" | "pm_card_visa_debit" | "pm_card_mastercard" | "pm_card_amex"
+        | REFUND_FAIL_PAYMENT_METHOD => CardBehaviour::Succeeds,
         "pm_card_chargeDeclined" => CardBehaviour::Declines {
             code: "card_declined",
             decline_code: "generic_decline",
@@ -162,6 +162,8 @@ pub struct PaymentIntent {
     /// The latest confirmations, oldest first (at most [`CONFIRMATIONS_KEPT_MAX`]).
     pub confirmations: VecDeque<Confirmation>,
     pub confirmations_total: u32,
+    /// A dispute was opened on its charge (the charge's `disputed`).
+    pub disputed: bool,
 }
 
 impl PaymentIntent {
@@ -221,7 +223,7 @@ impl PaymentIntent {
             "currency": self.currency,
             "customer": self.customer,
             "description": self.description,
-            "disputed": false,
+            "disputed": self.disputed,
             "livemode": false,
             "metadata": self.metadata,
             "paid": self.status == PaymentIntentStatus::Succeeded,
@@ -282,6 +284,39 @@ impl PaymentIntent {
     }
 }
 
+/// Stripe's refund states the simulator models (`requires_action` and `canceled` are not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundStatus {
+    /// Created while pending mode is on; counts against the refundable amount until it
+    /// settles (`/_sim/refunds/{id}/settle`) or fails.
+    Pending,
+    Succeeded,
+    /// Failed, before or after it succeeded: the money is back on the charge.
+    Failed,
+}
+
+impl RefundStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// Whether the refund holds part of the charge (not refundable again).
+    pub fn holds_amount(self) -> bool {
+        matches!(self, Self::Pending | Self::Succeeded)
+    }
+}
+
+/// The test payment method whose refunds succeed, then fail later (Stripe's card
+/// 4000000000005126).
+pub const REFUND_FAIL_PAYMENT_METHOD: &str = "pm_card_refundFail";
+/// The `failure_reason` a refund of [`REFUND_FAIL_PAYMENT_METHOD`] fails with, and the
+/// default of the fail control.
+pub const REFUND_FAILURE_REASON_DEFAULT: &str = "expired_or_canceled_card";
+
 #[derive(Debug, Clone)]
 pub struct Refund {
     pub seq: u64,
@@ -292,9 +327,12 @@ pub struct Refund {
     pub payment_intent: String,
     pub metadata: BTreeMap<String, String>,
     pub reason: Option<String>,
-    pub status: String,
+    pub status: RefundStatus,
+    pub failure_reason: Option<String>,
     pub created: i64,
     pub idempotency_key: Option<String>,
+    /// When (sim clock) the refund fails by itself (refunds of `pm_card_refundFail`).
+    pub fails_at: Option<i64>,
 }
 
 impl Refund {
@@ -307,13 +345,95 @@ impl Refund {
             "charge": self.charge,
             "created": self.created,
             "currency": self.currency,
+            "failure_reason": self.failure_reason,
             "metadata": self.metadata,
             "payment_intent": self.payment_intent,
             "reason": self.reason,
             "receipt_number": null,
             "source_transfer_reversal": null,
-            "status": self.status,
+            "status": self.status.as_str(),
             "transfer_reversal": null,
+        })
+    }
+}
+
+/// Stripe's dispute states the simulator reaches: opened `needs_response`, closed `won` or
+/// `lost` by a control call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DisputeStatus {
+    NeedsResponse,
+    Won,
+    Lost,
+}
+
+impl DisputeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NeedsResponse => "needs_response",
+            Self::Won => "won",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+/// Stripe's dispute reasons.
+pub const DISPUTE_REASONS: [&str; 15] = [
+    "bank_cannot_process",
+    "check_returned",
+    "credit_not_processed",
+    "customer_initiated",
+    "debit_not_authorized",
+    "duplicate",
+    "fraudulent",
+    "general",
+    "incorrect_account_details",
+    "insufficient_funds",
+    "noncompliant",
+    "product_not_received",
+    "product_unacceptable",
+    "subscription_canceled",
+    "unrecognized",
+];
+
+#[derive(Debug, Clone)]
+pub struct Dispute {
+    pub seq: u64,
+    pub id: String,
+    pub amount: i64,
+    pub currency: String,
+    pub charge: String,
+    pub payment_intent: String,
+    pub reason: String,
+    pub status: DisputeStatus,
+    pub created: i64,
+}
+
+impl Dispute {
+    pub fn render(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "dispute",
+            "amount": self.amount,
+            "balance_transactions": [],
+            "charge": self.charge,
+            "created": self.created,
+            "currency": self.currency,
+            "enhanced_eligibility_types": [],
+            "evidence": { "enhanced_evidence": {} },
+            "evidence_details": {
+                "due_by": null,
+                "enhanced_eligibility": {},
+                "has_evidence": false,
+                "past_due": false,
+                "submission_count": 0,
+            },
+            "is_charge_refundable": false,
+            "livemode": false,
+            "metadata": {},
+            "payment_intent": self.payment_intent,
+            "reason": self.reason,
+            "status": self.status.as_str(),
         })
     }
 }

@@ -12,14 +12,16 @@ use super::api::{
     ConfirmPaymentIntent, CreatePaymentIntent, CreateRefund, ListQuery, Operation, SearchQuery,
 };
 use super::control::{
-    AuthenticationOutcome, ForcePaymentIntent, Ledger, LedgerPaymentIntent, LedgerRefund,
-    RequestLogEntry, SeedPaymentIntent,
+    AuthenticationOutcome, CloseDispute, FailRefund, ForcePaymentIntent, Ledger, LedgerDispute,
+    LedgerPaymentIntent, LedgerRefund, OpenDispute, RefundMode, RequestLogEntry,
+    SeedPaymentIntent,
 };
 use super::faults::FaultTable;
 use super::idempotency::IdempotencyStore;
 use super::model::{
-    CardBehaviour, Origin, PaymentIntent, PaymentIntentStatus, Refund, Settlement,
-    test_payment_method,
+    CardBehaviour, DISPUTE_REASONS, Dispute, DisputeStatus, Origin, PaymentIntent,
+    PaymentIntentStatus, REFUND_FAIL_PAYMENT_METHOD, REFUND_FAILURE_REASON_DEFAULT, Refund,
+    RefundStatus, Settlement, test_payment_method,
 };
 use super::webhooks::Webhooks;
 use super::wire::{ApiError, StoredResponse};
@@ -49,6 +51,11 @@ pub struct State {
     config: SimulatorConfig,
     payment_intents: HashMap<String, PaymentIntent>,
     refunds: HashMap<String, Refund>,
+    disputes: HashMap<String, Dispute>,
+    /// The status new refunds start in.
+    refund_mode: RefundMode,
+    /// (fails at, seq) → refund id, for refunds of `pm_card_refundFail`.
+    refund_failures: BTreeMap<(i64, u64), String>,
     /// Charge id → payment intent id.
     charges: HashMap<String, String>,
     next_seq: u64,
@@ -73,6 +80,9 @@ impl State {
         Self {
             payment_intents: HashMap::new(),
             refunds: HashMap::new(),
+            disputes: HashMap::new(),
+            refund_mode: RefundMode::Succeeded,
+            refund_failures: BTreeMap::new(),
             charges: HashMap::new(),
             next_seq: 0,
             id_rng: ChaCha8Rng::seed_from_u64(config.seed),
@@ -108,7 +118,7 @@ impl State {
     }
 
     fn objects_len(&self) -> usize {
-        self.payment_intents.len() + self.refunds.len()
+        self.payment_intents.len() + self.refunds.len() + self.disputes.len()
     }
 
     fn ensure_room(&self) -> Result<(), ApiError> {
@@ -133,6 +143,16 @@ impl State {
                 break;
             };
             self.settle(&id, now);
+        }
+        while let Some((&(at, seq), _)) = self.refund_failures.first_key_value() {
+            if at > now {
+                break;
+            }
+            let Some(id) = self.refund_failures.remove(&(at, seq)) else {
+                break;
+            };
+            // Already failed by the control: nothing left to do.
+            let _ = self.fail_refund(&id, FailRefund::default(), now);
         }
         while self
             .index_queue
@@ -270,6 +290,7 @@ impl State {
             settlement: None,
             confirmations: VecDeque::new(),
             confirmations_total: 0,
+            disputed: false,
         }
     }
 
@@ -593,14 +614,22 @@ impl State {
                 ),
             ));
         }
+        let charge = intent.latest_charge.clone().unwrap_or_default();
+        if self.disputes.values().any(|dispute| {
+            dispute.payment_intent == intent.id && dispute.status != DisputeStatus::Won
+        }) {
+            return Err(ApiError::invalid_request(
+                None,
+                format!("Charge {charge} has been charged back; cannot issue a refund."),
+            )
+            .with_code("charge_disputed"));
+        }
+        // Pending refunds count too (`amount_refunded` holds pending and succeeded ones).
         let refundable = intent.refundable();
         if refundable <= 0 {
             return Err(ApiError::invalid_request(
                 None,
-                format!(
-                    "Charge {} has already been refunded.",
-                    intent.latest_charge.clone().unwrap_or_default()
-                ),
+                format!("Charge {charge} has already been refunded."),
             )
             .with_code("charge_already_refunded"));
         }
@@ -608,11 +637,25 @@ impl State {
         if amount > refundable {
             return Err(ApiError::invalid_request(
                 Some("amount"),
-                format!("Refund amount ({amount}) is greater than unrefunded amount on charge ({refundable})."),
+                format!(
+                    // Stripe's wording, without a final period.
+                    "Refund amount ({}) is greater than unrefunded amount on charge ({})",
+                    money(&intent.currency, amount),
+                    money(&intent.currency, refundable)
+                ),
             )
             .with_code("amount_too_large"));
         }
         let seq = self.next_seq();
+        let status = match self.refund_mode {
+            RefundMode::Succeeded => RefundStatus::Succeeded,
+            RefundMode::Pending => RefundStatus::Pending,
+        };
+        let fails_at = (intent.payment_method.as_deref() == Some(REFUND_FAIL_PAYMENT_METHOD))
+            .then(|| {
+                ctx.now
+                    .saturating_add(i64::try_from(self.config.settlement_delay_seconds).unwrap_or(i64::MAX))
+            });
         let refund = Refund {
             seq,
             id: self.new_id("re"),
@@ -622,20 +665,170 @@ impl State {
             payment_intent: intent.id.clone(),
             metadata: create.metadata,
             reason: create.reason,
-            status: "succeeded".into(),
+            status,
+            failure_reason: None,
             created: ctx.now,
             idempotency_key: ctx.idempotency_key.clone(),
+            fails_at,
         };
+        if let Some(at) = fails_at {
+            self.refund_failures.insert((at, seq), refund.id.clone());
+        }
         intent.amount_refunded += amount;
         let body = refund.render();
         self.webhooks
             .emit("refund.created", body.clone(), ctx.now, Some(ctx));
-        if let Some(charge) = intent.render_charge() {
+        if status == RefundStatus::Succeeded
+            && let Some(charge) = intent.render_charge()
+        {
             self.webhooks
                 .emit("charge.refunded", charge, ctx.now, Some(ctx));
         }
         self.refunds.insert(refund.id.clone(), refund);
         self.payment_intents.insert(intent.id.clone(), intent);
+        Ok(body)
+    }
+
+    /// Sets the status new refunds start in.
+    pub fn set_refund_mode(&mut self, mode: RefundMode) {
+        self.refund_mode = mode;
+    }
+
+    /// A copy of a refund for a control call to change and store back.
+    fn refund_copy(&self, id: &str) -> Result<Refund, String> {
+        self.refunds
+            .get(id)
+            .cloned()
+            .ok_or_else(|| format!("no refund {id}"))
+    }
+
+    /// A pending refund succeeds: `refund.updated`, then `charge.refunded`.
+    pub fn settle_refund(&mut self, id: &str, now: i64) -> Result<Value, String> {
+        let mut refund = self.refund_copy(id)?;
+        if refund.status != RefundStatus::Pending {
+            return Err(format!(
+                "refund {id} is {}, not pending",
+                refund.status.as_str()
+            ));
+        }
+        refund.status = RefundStatus::Succeeded;
+        let body = refund.render();
+        self.webhooks.emit("refund.updated", body.clone(), now, None);
+        if let Some(charge) = self
+            .payment_intents
+            .get(&refund.payment_intent)
+            .and_then(PaymentIntent::render_charge)
+        {
+            self.webhooks.emit("charge.refunded", charge, now, None);
+        }
+        self.refunds.insert(refund.id.clone(), refund);
+        Ok(body)
+    }
+
+    /// A pending or succeeded refund fails (Stripe's refunds that fail after succeeding): the
+    /// amount goes back to the charge's refundable amount; `refund.updated`, `refund.failed`
+    /// and `charge.refund.updated` follow.
+    pub fn fail_refund(&mut self, id: &str, fail: FailRefund, now: i64) -> Result<Value, String> {
+        let mut refund = self.refund_copy(id)?;
+        if !refund.status.holds_amount() {
+            return Err(format!("refund {id} is already {}", refund.status.as_str()));
+        }
+        let mut intent = self
+            .payment_intents
+            .get(&refund.payment_intent)
+            .cloned()
+            .ok_or_else(|| format!("refund {id} has no payment intent"))?;
+        debug_assert!(intent.amount_refunded >= refund.amount);
+        intent.amount_refunded -= refund.amount;
+        refund.status = RefundStatus::Failed;
+        refund.failure_reason = Some(
+            fail.failure_reason
+                .unwrap_or_else(|| REFUND_FAILURE_REASON_DEFAULT.to_owned()),
+        );
+        if let Some(at) = refund.fails_at.take() {
+            self.refund_failures.remove(&(at, refund.seq));
+        }
+        let body = refund.render();
+        self.webhooks.emit("refund.updated", body.clone(), now, None);
+        self.webhooks.emit("refund.failed", body.clone(), now, None);
+        self.webhooks
+            .emit("charge.refund.updated", body.clone(), now, None);
+        self.refunds.insert(refund.id.clone(), refund);
+        self.payment_intents.insert(intent.id.clone(), intent);
+        Ok(body)
+    }
+
+    /// Opens a dispute on a succeeded intent's charge: `charge.dispute.created`.
+    pub fn open_dispute(
+        &mut self,
+        payment_intent: &str,
+        open: OpenDispute,
+        now: i64,
+    ) -> Result<Value, String> {
+        self.ensure_room().map_err(|error| error.message)?;
+        let mut intent = self
+            .payment_intents
+            .get(payment_intent)
+            .cloned()
+            .ok_or_else(|| format!("no payment intent {payment_intent}"))?;
+        let charge = match (&intent.status, &intent.latest_charge) {
+            (PaymentIntentStatus::Succeeded, Some(charge)) => charge.clone(),
+            _ => {
+                return Err(format!(
+                    "payment intent {payment_intent} is {}: no successful charge to dispute",
+                    intent.status.as_str()
+                ));
+            }
+        };
+        let amount = open.amount.unwrap_or(intent.amount_received);
+        if !(1..=intent.amount_received).contains(&amount) {
+            return Err(format!(
+                "amount must be 1 to {} (the charge's amount)",
+                intent.amount_received
+            ));
+        }
+        let reason = open.reason.unwrap_or_else(|| "general".to_owned());
+        if !DISPUTE_REASONS.contains(&reason.as_str()) {
+            return Err(format!("unknown dispute reason {reason:?}"));
+        }
+        let dispute = Dispute {
+            seq: self.next_seq(),
+            id: self.new_id("dp"),
+            amount,
+            currency: intent.currency.clone(),
+            charge,
+            payment_intent: intent.id.clone(),
+            reason,
+            status: DisputeStatus::NeedsResponse,
+            created: now,
+        };
+        intent.disputed = true;
+        let body = dispute.render();
+        self.webhooks
+            .emit("charge.dispute.created", body.clone(), now, None);
+        self.disputes.insert(dispute.id.clone(), dispute);
+        self.payment_intents.insert(intent.id.clone(), intent);
+        Ok(body)
+    }
+
+    /// Closes an open dispute as won or lost: `charge.dispute.closed`.
+    pub fn close_dispute(&mut self, id: &str, close: CloseDispute, now: i64) -> Result<Value, String> {
+        let mut dispute = self
+            .disputes
+            .get(id)
+            .cloned()
+            .ok_or_else(|| format!("no dispute {id}"))?;
+        if dispute.status != DisputeStatus::NeedsResponse {
+            return Err(format!("dispute {id} is already {}", dispute.status.as_str()));
+        }
+        if close.status == DisputeStatus::NeedsResponse {
+            return Err("status must be won or lost".to_owned());
+        }
+        dispute.status = close.status;
+        let body = dispute.render();
+        self.webhooks
+            .emit("charge.dispute.closed", body.clone(), now, None);
+        self.disputes.insert(dispute.id.clone(), dispute);
         Ok(body)
     }
 
@@ -657,6 +850,8 @@ impl State {
         payment_intents.sort_by_key(|intent| intent.seq);
         let mut refunds: Vec<&Refund> = self.refunds.values().collect();
         refunds.sort_by_key(|refund| refund.seq);
+        let mut disputes: Vec<&Dispute> = self.disputes.values().collect();
+        disputes.sort_by_key(|dispute| dispute.seq);
         Ledger {
             payment_intents: payment_intents.into_iter().map(LedgerPaymentIntent::of).collect(),
             refunds: refunds
@@ -668,8 +863,23 @@ impl State {
                     metadata: refund.metadata.clone(),
                     amount: refund.amount,
                     currency: refund.currency.clone(),
-                    status: refund.status.clone(),
+                    status: refund.status.as_str().to_owned(),
+                    failure_reason: refund.failure_reason.clone(),
+                    reason: refund.reason.clone(),
                     created: refund.created,
+                })
+                .collect(),
+            disputes: disputes
+                .into_iter()
+                .map(|dispute| LedgerDispute {
+                    id: dispute.id.clone(),
+                    payment_intent: dispute.payment_intent.clone(),
+                    charge: dispute.charge.clone(),
+                    amount: dispute.amount,
+                    currency: dispute.currency.clone(),
+                    status: dispute.status.as_str().to_owned(),
+                    reason: dispute.reason.clone(),
+                    created: dispute.created,
                 })
                 .collect(),
         }
@@ -793,6 +1003,21 @@ impl State {
     }
 }
 
+/// An amount as Stripe's refund errors write it: a symbol for usd, gbp and eur (`$7.01`,
+/// `£7.01`), `7.01 CHF` for the others.
+fn money(currency: &str, amount_minor: i64) -> String {
+    let Ok(parsed) = crate::domain::Currency::parse(currency) else {
+        return amount_minor.to_string();
+    };
+    let major = parsed.format_major(amount_minor);
+    match currency {
+        "usd" => format!("${major}"),
+        "gbp" => format!("£{major}"),
+        "eur" => format!("€{major}"),
+        _ => format!("{major} {}", currency.to_ascii_uppercase()),
+    }
+}
+
 /// One page of a list: `keys` sorted newest first; `cursor` finds an id's sort key. Only the
 /// page's objects are rendered, so a page costs the same however many objects the range holds.
 fn page<T>(
@@ -881,6 +1106,15 @@ mod tests {
         };
         let cursor = |id: &str| id.parse::<i64>().ok().map(|created| (created, 0));
         page(keys, &query, cursor, |item| json!(item), "thing", "/v1/things").unwrap()
+    }
+
+    #[test]
+    fn refund_errors_write_amounts_in_major_units_as_stripe_does() {
+        assert_eq!(money("usd", 2_500), "$25.00");
+        assert_eq!(money("gbp", 9_390), "£93.90");
+        assert_eq!(money("eur", 5), "€0.05");
+        assert_eq!(money("jpy", 500), "500 JPY");
+        assert_eq!(money("kwd", 1_234), "1.234 KWD");
     }
 
     #[test]

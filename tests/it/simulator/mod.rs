@@ -1,10 +1,12 @@
 //! The Stripe simulator, driven through the real async-stripe client.
 
 mod bad_input;
+mod disputes;
 mod faults;
 mod idempotency;
 mod listing;
 mod payments;
+mod refunds;
 mod webhooks;
 
 use std::collections::HashMap;

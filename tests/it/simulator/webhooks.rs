@@ -2,7 +2,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use chargeguard::simulator::WebhookMode;
+use chargeguard::simulator::{DisputeStatus, OpenDispute, WebhookMode};
 use stripe_core::refund::CreateRefund;
 use stripe_webhook::{EventObject, Webhook};
 
@@ -97,6 +97,43 @@ async fn events_are_signed_as_stripe_signs_them_and_parse() {
     }
     let (signature, body) = &receiver.received()[0];
     assert!(Webhook::construct_event(body, signature, "whsec_wrong").is_err());
+}
+
+#[tokio::test]
+async fn refund_failures_and_disputes_are_delivered_and_parse() {
+    let sim = Sim::start().await;
+    let (receiver, url) = Receiver::start(0).await;
+    sim.control.set_webhook_target(&url, SECRET).await.unwrap();
+    let paid = charge(800, "pm_card_visa", "w-fail").send(&sim.stripe).await.unwrap();
+    let refund = CreateRefund::new().payment_intent(paid.id.as_str()).amount(300).send(&sim.stripe).await.unwrap();
+    sim.control.fail_refund(refund.id.as_str(), None).await.unwrap();
+    let dispute = sim.control.open_dispute(paid.id.as_str(), OpenDispute::default()).await.unwrap();
+    sim.control.close_dispute(dispute["id"].as_str().unwrap(), DisputeStatus::Won).await.unwrap();
+    let report = sim.control.flush_webhooks().await.unwrap();
+    assert_eq!((report.delivered_total, report.pending), (8, 0));
+
+    let events = receiver.events();
+    let refund_of = |object: &EventObject| match object {
+        EventObject::RefundUpdated(refund) | EventObject::RefundFailed(refund) | EventObject::ChargeRefundUpdated(refund) => {
+            (refund.id.clone(), refund.status.clone(), refund.failure_reason.clone())
+        }
+        other => panic!("expected a refund event, got {other:?}"),
+    };
+    let failed = (refund.id.clone(), Some("failed".to_owned()), Some("expired_or_canceled_card".to_owned()));
+    assert!(matches!(events[3].data.object, EventObject::RefundUpdated(_)));
+    assert!(matches!(events[4].data.object, EventObject::RefundFailed(_)));
+    assert!(matches!(events[5].data.object, EventObject::ChargeRefundUpdated(_)));
+    for event in &events[3..6] {
+        assert_eq!(refund_of(&event.data.object), failed);
+    }
+    match (&events[6].data.object, &events[7].data.object) {
+        (EventObject::ChargeDisputeCreated(created), EventObject::ChargeDisputeClosed(closed)) => {
+            assert_eq!(created.id.as_str(), dispute["id"].as_str().unwrap());
+            assert_eq!((created.amount, created.status.as_str()), (800, "needs_response"));
+            assert_eq!(closed.status.as_str(), "won");
+        }
+        other => panic!("expected charge.dispute.created then closed, got {other:?}"),
+    }
 }
 
 #[tokio::test]
