@@ -233,7 +233,54 @@ async fn charges_show_their_refunds_and_lists_show_refund_rows(backend: Backend)
     assert_eq!((listed_charge.refunded_minor, listed_charge.refund_pending_minor), (250, 100));
 }
 
+/// Refunds `amount_minor` of `payment_id` at the provider behind chargeguard's back (a person
+/// in the dashboard), through the real Stripe client.
+async fn refund_outside_chargeguard(app: &TestApp, payment_id: &str, amount_minor: i64) {
+    use chargeguard::config::ProviderConfig;
+    use chargeguard::domain::{AttemptId, ConsumerName, IdempotencyKey, Metadata, OperationKey};
+    use chargeguard::provider::{CreateRefund, PaymentProvider, RefundOutcome, StripeProvider, StripeProviderConfig};
+    let config = StripeProviderConfig::from_config(&ProviderConfig {
+        api_key: Some(chargeguard::secret::Secret::new(crate::support::SIM_API_KEY)),
+        base_url: Some(app.simulator.base_url()),
+        ..ProviderConfig::default()
+    })
+    .unwrap();
+    let provider = StripeProvider::new(config).unwrap();
+    let outcome = provider
+        .create_refund(CreateRefund {
+            attempt_id: AttemptId::from_uuid(uuid::Uuid::new_v4()),
+            consumer: &ConsumerName::parse("dashboard").unwrap(),
+            operation_key: &OperationKey::parse("by-hand").unwrap(),
+            payment_id,
+            amount_minor,
+            reason: None,
+            metadata: &Metadata::default(),
+            idempotency_key: &IdempotencyKey::from_stored(format!("by-hand-{}", uuid::Uuid::new_v4())),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RefundOutcome::Refund(_)), "{outcome:?}");
+}
+
+async fn a_refund_the_provider_refuses_fails_with_the_providers_code(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
+    let charge = charged(&app, "order-11:charge").await;
+    refund_outside_chargeguard(&app, &charge.provider_payment_id, 600).await;
+    // chargeguard believes 1000 are left; the provider has 400.
+    let response = app.refund(refund_request("order-11:refund-1", "order-11:charge", Some(800))).await.unwrap();
+    assert_eq!((outcome(&response), status(&response)), (ChargeOutcome::Applied, AttemptStatus::Failed));
+    let refund = response.attempt.unwrap();
+    assert_eq!(refund.failure_code, "amount_too_large", "{}", refund.failure_message);
+    assert_eq!(refunds_at_provider(&app, &charge.provider_payment_id).await, (1, 600), "nothing more moved");
+    // A failed refund holds nothing: the redelivery answers the failure, a new refund may use it.
+    let again = app.refund(refund_request("order-11:refund-1", "order-11:charge", Some(800))).await.unwrap();
+    assert_eq!((outcome(&again), status(&again)), (ChargeOutcome::Duplicate, AttemptStatus::Failed));
+    let shown = app.attempt_of("order-11:charge").await;
+    assert_eq!((shown.refunded_minor, shown.refund_pending_minor), (0, 0));
+}
+
 on_both_backends!(
+    a_refund_the_provider_refuses_fails_with_the_providers_code,
     a_full_refund_is_applied_once_with_its_own_key_and_metadata,
     two_partial_refunds_then_one_over_the_rest_is_refused_and_nothing_is_sent,
     without_an_amount_the_rest_is_refunded_and_its_redelivery_matches,
