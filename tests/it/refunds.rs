@@ -109,13 +109,13 @@ async fn fifty_concurrent_refunds_of_one_charge_never_exceed_it_at_the_provider(
         async move { app.refund(refund_request(&format!("order-4:refund-{index}"), "order-4:charge", Some(30))).await }
     });
     let responses = futures::future::join_all(calls).await;
+    let (count, sum) = refunds_at_provider(&app, &charge.provider_payment_id).await;
+    assert!(sum <= 1_000, "the provider refunded {sum} of a 1000 charge");
+    assert_eq!((count, sum), (33, 990));
     let applied = responses.iter().filter(|response| response.as_ref().is_ok_and(|r| status(r) == AttemptStatus::Succeeded)).count();
     let refused: Vec<_> = responses.iter().filter_map(|response| response.as_ref().err()).collect();
     assert!(refused.iter().all(|error| error_code(error) == "refund_exceeds_charge"), "{refused:?}");
     assert_eq!((applied, refused.len()), (33, 17));
-    let (count, sum) = refunds_at_provider(&app, &charge.provider_payment_id).await;
-    assert!(sum <= 1_000, "the provider refunded {sum} of a 1000 charge");
-    assert_eq!((count, sum), (33, 990));
     assert_eq!(app.refund_creates().await.len(), 33, "no refused refund reached the provider");
 }
 
@@ -145,6 +145,10 @@ async fn the_same_refund_key_with_other_parameters_is_a_mismatch(backend: Backen
     // A refund key that names a charge is a mismatch too, never a refund of it.
     let error = app.refund(refund_request("order-6:charge", "order-6:charge", None)).await.unwrap_err();
     assert_eq!(error_code(&error), "operation_mismatch");
+    // And a charge under a refund's key is a mismatch, never a charge.
+    let error = app.charge(charge_request("order-6:refund-1")).await.unwrap_err();
+    assert_eq!(error_code(&error), "operation_mismatch");
+    assert_eq!(app.creates().await.len(), 1, "only the first charge was sent");
     assert_eq!(Some(app.attempt_of("order-6:refund-1").await.attempt_id), first.attempt.map(|a| a.attempt_id));
     assert_eq!(app.refund_creates().await.len(), 1);
 }

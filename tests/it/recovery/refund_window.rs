@@ -84,7 +84,47 @@ async fn the_sweep_finishes_a_refund_whose_create_failed_inside_the_window(backe
     assert_eq!(stored(&app, "sweep-refund:r").await.status, AttemptStatus::Succeeded);
 }
 
+async fn a_refund_key_whose_500_is_replayed_is_listed_not_resent_and_the_refund_adopted(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
+    app.charge(charge_request("replayed-refund:charge")).await.unwrap();
+    // The provider refunded, then saved its 500 for the key: the key can never answer again.
+    leave_refund_pending(&app, "replayed-refund:r", "replayed-refund:charge", FaultKind::ApplyThenFailSaved).await;
+    let retried = app.refund(refund_request("replayed-refund:r", "replayed-refund:charge", Some(400))).await.unwrap();
+    assert_eq!(chargeguard::grpc::proto::ChargeOutcome::try_from(retried.outcome).unwrap(), chargeguard::grpc::proto::ChargeOutcome::Reconciled);
+    let attempt = stored(&app, "replayed-refund:r").await;
+    assert_eq!(attempt.status, AttemptStatus::Succeeded);
+    assert!(attempt.create_replays_failure, "the key is never sent again");
+    let ledger = app.sim().ledger().await.unwrap();
+    assert_eq!(ledger.refunds.len(), 1);
+    assert_eq!(attempt.provider_payment_id.as_deref(), Some(ledger.refunds[0].id.as_str()));
+    let log = app.sim().requests().await.unwrap();
+    assert_eq!(log.iter().filter(|r| r.method == "POST" && r.path == "/v1/refunds").count(), 2, "the first send and one replayed re-send");
+    assert!(log.iter().any(|r| r.endpoint.as_deref() == Some("list_refunds")));
+}
+
+async fn a_pending_refund_is_retrieved_by_the_sweep_until_it_settles(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
+    app.charge(charge_request("pending-refund:charge")).await.unwrap();
+    app.sim().set_refund_mode(chargeguard::simulator::RefundMode::Pending).await.unwrap();
+    let pending = app.refund(refund_request("pending-refund:r", "pending-refund:charge", Some(400))).await.unwrap();
+    let refund_id = pending.attempt.unwrap().provider_payment_id;
+    assert!(refund_id.starts_with("re_"), "the object is known: {refund_id}");
+    assert_eq!(stored(&app, "pending-refund:r").await.status, AttemptStatus::Pending);
+
+    advance(&app, super::minutes(2)).await;
+    let first = sweep_until_idle(&app).await;
+    assert_eq!((first.claimed, first.succeeded), (1, 0), "still pending at the provider: {first}");
+    app.sim().settle_refund(&refund_id).await.unwrap();
+    advance(&app, hours(1)).await;
+    let settled = sweep_until_idle(&app).await;
+    assert_eq!((settled.claimed, settled.succeeded), (1, 1), "{settled}");
+    assert_eq!(stored(&app, "pending-refund:r").await.status, AttemptStatus::Succeeded);
+    assert_eq!(app.refund_creates().await.len(), 1, "a known refund is retrieved, never created again");
+}
+
 on_both_backends!(
+    a_pending_refund_is_retrieved_by_the_sweep_until_it_settles,
+    a_refund_key_whose_500_is_replayed_is_listed_not_resent_and_the_refund_adopted,
     after_a_25_hour_jump_a_lost_refund_is_adopted_from_the_list_and_a_missing_one_expires,
     a_redelivered_refund_past_the_window_lists_instead_of_resending,
     the_sweep_finishes_a_refund_whose_create_failed_inside_the_window,
