@@ -67,6 +67,19 @@ impl RoundObservation {
     fn of_call(outcome: Result<Observation, ProviderError>) -> Self {
         Self { outcome, calls_made: 1, create_replays_failure: false, lookup_progress: None, lookup_unfinished: false }
     }
+
+    /// A lookup made because the provider replayed a saved failure for the create: the create
+    /// counts as a call, the key is never sent again (sticky), and when the lookup found nothing
+    /// to adopt the caller hears of the replayed failure.
+    fn after_replayed_failure(mut self, message: String) -> Self {
+        metrics::counter!("chargeguard_replayed_failures_total").increment(1);
+        self.calls_made += 1;
+        self.create_replays_failure = true;
+        if self.outcome.is_err() {
+            self.outcome = Err(ProviderError::ReplayedFailure(message));
+        }
+        self
+    }
 }
 
 /// How a round ended, after its result was written.
@@ -203,14 +216,7 @@ impl Orchestrator {
                 Err(ProviderError::ReplayedFailure(message)) => {
                     tracing::warn!(attempt_id = %attempt.id, %message,
                         "the provider replays a saved failure for this key; looking the payment up instead");
-                    metrics::counter!("chargeguard_replayed_failures_total").increment(1);
-                    let mut looked_up = self.look_up(attempt, owner, false).await?;
-                    looked_up.calls_made += 1;
-                    looked_up.create_replays_failure = true;
-                    if looked_up.outcome.is_err() {
-                        looked_up.outcome = Err(ProviderError::ReplayedFailure(message));
-                    }
-                    looked_up
+                    self.look_up(attempt, owner, false).await?.after_replayed_failure(message)
                 }
                 outcome => RoundObservation::of_call(outcome),
             },

@@ -37,14 +37,7 @@ impl Orchestrator {
                     Err(ProviderError::ReplayedFailure(message)) => {
                         tracing::warn!(attempt_id = %attempt.id, %message,
                             "the provider replays a saved failure for this refund key; listing the charge's refunds instead");
-                        metrics::counter!("chargeguard_replayed_failures_total").increment(1);
-                        let mut looked_up = self.look_up_refund(attempt, &payment_id, owner, false).await?;
-                        looked_up.calls_made += 1;
-                        looked_up.create_replays_failure = true;
-                        if looked_up.outcome.is_err() {
-                            looked_up.outcome = Err(ProviderError::ReplayedFailure(message));
-                        }
-                        looked_up
+                        self.look_up_refund(attempt, &payment_id, owner, false).await?.after_replayed_failure(message)
                     }
                     outcome => RoundObservation::of_call(outcome),
                 }
