@@ -3,6 +3,7 @@
 //! value of one of these types is known to be valid.
 
 mod attempt;
+mod attempt_number;
 mod charge_request;
 mod currency;
 #[cfg(test)]
@@ -18,6 +19,7 @@ pub use attempt::{
     Attempt, AttemptId, AttemptKind, AttemptStatus, Failure, Lease, LeaseOwner, ListProgress,
     NextAction, RefundReason,
 };
+pub use attempt_number::{ATTEMPT_NUMBER_MAX, Admission, AttemptNumber, admit};
 pub use charge_request::{
     ChargeParams, ChargeRequest, Description, Fingerprint, Metadata, PaymentMethodId, CustomerId,
     METADATA_KEY_LENGTH_MAX, METADATA_KEYS_MAX, METADATA_VALUE_LENGTH_MAX, RESERVED_METADATA_PREFIX,
@@ -30,7 +32,7 @@ pub use provider_refund::{RefundSnapshot, RefundStatus};
 pub use recovery::{
     CLOCK_SKEW_TOLERANCE, ClockReadings, KeyAge, KeyWindow, LookupResolution,
     PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step, lookup_created_range,
-    resolve_lookup,
+    resolve_confirmed, resolve_lookup,
 };
 pub use review::{SUCCEEDED_AFTER_FAILURE, shows_money_moved, succeeded_after_failure_reason};
 

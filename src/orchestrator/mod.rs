@@ -2,6 +2,7 @@
 //! state changes; it calls the store and the provider and never holds a database transaction
 //! across a provider call.
 
+mod attempts;
 mod charge;
 mod outcome_cache;
 mod queries;
@@ -79,6 +80,22 @@ pub enum OrchestratorError {
     ProviderReplaysFailure { attempt_id: AttemptId },
     #[error("attempt {attempt_id} needs review and was not sent again: {reason}")]
     NeedsReview { attempt_id: AttemptId, reason: String },
+    #[error(
+        "attempt {attempt_id} of operation \"{operation_key}\" is not decided yet; a next attempt \
+         may start only once it failed; it is safe to retry this call"
+    )]
+    PreviousAttemptInProgress { operation_key: OperationKey, attempt_id: AttemptId },
+    #[error(
+        "operation \"{operation_key}\" already succeeded (attempt {attempt_id}); no further \
+         attempt is made"
+    )]
+    OperationAlreadySucceeded { operation_key: OperationKey, attempt_id: AttemptId },
+    #[error(
+        "attempt {requested} of operation \"{operation_key}\" does not follow its latest attempt \
+         ({}); attempts are numbered 1, 2, 3, … and each starts only after the one before failed",
+        latest.map_or_else(|| "none".to_owned(), |latest| latest.to_string())
+    )]
+    AttemptOutOfOrder { operation_key: OperationKey, requested: u32, latest: Option<u32> },
     #[error("no such attempt")]
     NotFound,
     #[error("attempt {attempt_id} is not flagged for review, or is already decided")]
