@@ -186,6 +186,24 @@ fn insert_statement() -> String {
     )
 }
 
+/// The row of `new`'s attempt of its operation, if written.
+async fn find_attempt<'e>(
+    executor: impl sqlx::SqliteExecutor<'e>,
+    new: &NewAttempt,
+) -> Result<Option<Attempt>, StoreError> {
+    sqlx::query(
+        "SELECT * FROM payment_attempts
+         WHERE consumer = ?1 AND operation_key = ?2 AND generation = ?3",
+    )
+    .bind(new.consumer.as_str())
+    .bind(new.operation_key.as_str())
+    .bind(i64::from(new.generation))
+    .fetch_optional(executor)
+    .await
+    .map_err(unavailable)
+    .and_then(optional_attempt)
+}
+
 fn bind_insert<'q>(
     sql: &'q str,
     new: &'q NewAttempt,
@@ -227,8 +245,12 @@ impl AttemptStore for SqliteStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(unavailable)?;
-            return match inserted {
-                Some(row) => Ok(InsertOutcome::Inserted(attempt_from_row(&row)?)),
+            if let Some(row) = inserted {
+                return Ok(InsertOutcome::Inserted(attempt_from_row(&row)?));
+            }
+            // The conflict's winner: this attempt of the operation (later ones may exist).
+            return match find_attempt(&self.pool, new).await? {
+                Some(existing) => Ok(InsertOutcome::Existing(existing)),
                 None => conflict_winner(self, new).await,
             };
         }
@@ -238,18 +260,8 @@ impl AttemptStore for SqliteStore {
         // change what the rule read before this transaction commits: PostgreSQL's FOR UPDATE
         // of the earlier attempt, for a database with one writer.
         let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(unavailable)?;
-        let existing = sqlx::query(
-            "SELECT * FROM payment_attempts
-             WHERE consumer = ?1 AND operation_key = ?2 AND generation = ?3",
-        )
-        .bind(new.consumer.as_str())
-        .bind(new.operation_key.as_str())
-        .bind(i64::from(new.generation))
-        .fetch_optional(&mut *transaction)
-        .await
-        .map_err(unavailable)?;
-        if let Some(row) = existing {
-            return Ok(InsertOutcome::Existing(attempt_from_row(&row)?));
+        if let Some(existing) = find_attempt(&mut *transaction, new).await? {
+            return Ok(InsertOutcome::Existing(existing));
         }
         let latest = sqlx::query(
             "SELECT * FROM payment_attempts
