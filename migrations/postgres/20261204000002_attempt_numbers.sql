@@ -98,3 +98,14 @@ $$;
 CREATE INDEX payment_attempts_confirms_payment_id
     ON payment_attempts (confirms_payment_id)
     WHERE confirms_payment_id IS NOT NULL;
+
+-- Reports: attempts of one operation are one business operation. A re-confirmed intent is
+-- linked to the latest attempt that confirmed it; a succeeded attempt's row carries what the
+-- other attempts of its operation hold (two succeeded attempts, or an earlier attempt's object
+-- that is not canceled, is a double charge).
+ALTER TABLE report_provider_payments DROP CONSTRAINT report_provider_payments_linked_by_check;
+ALTER TABLE report_provider_payments ADD CONSTRAINT report_provider_payments_linked_by_check
+    CHECK (linked_by IN ('metadata', 'provider_payment_id', 'confirms_payment_id'));
+ALTER TABLE report_rows
+    ADD COLUMN operation_succeeded_attempts INTEGER NOT NULL DEFAULT 0,
+    ADD COLUMN operation_earlier_live_objects INTEGER NOT NULL DEFAULT 0;

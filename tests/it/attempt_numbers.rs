@@ -3,7 +3,7 @@
 //! simulator: its request log (what was sent, under which key) and its ledger (what exists).
 //! Every test runs on both stores: `attempt_numbers::postgres::…` and `…::sqlite::…`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chargeguard::grpc::ATTEMPT_ID_METADATA;
 use chargeguard::grpc::proto::{
@@ -14,8 +14,9 @@ use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, LedgerPaymentIntent
 use tonic::{Code, Status};
 
 use crate::recovery::{advance, hours, leave_pending, sweep_until_idle};
+use crate::reports::run_json;
 use crate::support::{
-    Backend, ORDERS_TOKEN, TestApp, authed, charge_request, error_code, on_both_backends, outcome_of, status_of,
+    Backend, ORDERS_TOKEN, SIM_API_KEY, TestApp, authed, charge_request, error_code, on_both_backends, outcome_of, status_of,
 };
 
 const DECLINING_CARD: &str = "pm_card_chargeDeclined";
@@ -279,6 +280,65 @@ async fn an_amount_change_after_a_decline_cancels_the_declined_intent_then_creat
     let again = app.charge(changed).await.unwrap();
     assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);
     assert_eq!(succeeded_intents(&app).await, 1);
+}
+
+/// The report's category of each attempt row of `operation`, by attempt id.
+fn categories_of(report: &serde_json::Value, operation: &str) -> BTreeMap<String, String> {
+    report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| row["attempt"]["operation_key"] == operation)
+        .map(|row| {
+            (row["attempt"]["attempt_id"].as_str().unwrap().to_owned(), row["category"].as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+/// Reports (PostgreSQL only): attempts of one operation are one business operation.
+#[tokio::test]
+async fn reports_count_attempts_of_one_operation_as_one_and_flag_a_second_charge_as_double() {
+    let app = TestApp::spawn().await;
+    // Attempt 2 paid attempt 1's declined intent: one object, the latest attempt's.
+    let first = declined_first_attempt(&app, "report-again-1").await;
+    let second = app.charge(attempt("report-again-1", 2, ANOTHER_CARD)).await.unwrap().attempt.unwrap();
+    // Attempt 1's intent recorded canceled though it is not (a hand edit, a lost cancel): attempt
+    // 2 creates a new intent beside one that can still be paid, and then is.
+    let lost = declined_first_attempt(&app, "report-again-2").await;
+    let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
+    sqlx::query("UPDATE payment_attempts SET provider_status = 'canceled' WHERE id = $1::uuid")
+        .bind(&lost.attempt_id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let beside = app.charge(attempt("report-again-2", 2, ANOTHER_CARD)).await.unwrap().attempt.unwrap();
+    assert_ne!(beside.provider_payment_id, lost.provider_payment_id);
+
+    let (_, report) = run_json(&app, &[]).await;
+    assert_eq!(
+        categories_of(&report, "report-again-1"),
+        BTreeMap::from([(first.attempt_id.clone(), "matched".into()), (second.attempt_id.clone(), "matched".into())]),
+        "a re-confirmed intent is the latest attempt's: {report:#}"
+    );
+    let double = categories_of(&report, "report-again-2");
+    assert_eq!(double.get(&beside.attempt_id).map(String::as_str), Some("double_charge"), "{report:#}");
+    assert_eq!(double.get(&lost.attempt_id).map(String::as_str), Some("matched"), "attempt 1 keeps its decline");
+
+    // Someone pays the forgotten intent: both attempts of the operation now hold money.
+    let confirmed = reqwest::Client::new()
+        .post(format!("{}v1/payment_intents/{}/confirm", app.simulator.base_url(), lost.provider_payment_id))
+        .bearer_auth(SIM_API_KEY)
+        .form(&[("payment_method", "pm_card_visa")])
+        .send()
+        .await
+        .unwrap();
+    assert!(confirmed.status().is_success());
+    let (code, report) = run_json(&app, &[]).await;
+    assert_eq!(code, 1);
+    let double = categories_of(&report, "report-again-2");
+    assert_eq!(double.get(&beside.attempt_id).map(String::as_str), Some("double_charge"), "{report:#}");
+    assert_eq!(double.get(&lost.attempt_id).map(String::as_str), Some("status_mismatch"));
 }
 
 on_both_backends!(
