@@ -59,6 +59,7 @@ impl Orchestrator {
                     .map_err(|error| unknown(format!("canceling the previous attempt's intent: {error}")))?
             }
         };
+        crate::failpoints::crash_point("attempts.after_previous_cancel");
         match snapshot.status {
             ProviderPaymentStatus::Canceled => {
                 self.store.record_payment_canceled(attempt_id, provider_payment_id, self.caller_time()).await?;
