@@ -43,18 +43,20 @@ pub fn list(response: &proto::ListAttemptsResponse, json: bool) -> String {
     let header = [
         "ATTEMPT ID",
         "OPERATION KEY",
+        "ATTEMPT",
         "STATUS",
         "AMOUNT",
         "CREATED AT",
         "PROVIDER ID",
     ];
-    let rows: Vec<[String; 6]> = response
+    let rows: Vec<[String; 7]> = response
         .attempts
         .iter()
         .map(|attempt| {
             [
                 attempt.attempt_id.clone(),
                 attempt.operation_key.clone(),
+                attempt.attempt_number.to_string(),
                 status_name(attempt.status),
                 format!("{} {}", attempt.amount_minor, attempt.currency),
                 attempt.created_at.as_ref().map(rfc3339).unwrap_or_default(),
@@ -108,6 +110,7 @@ fn attempt_rows(attempt: &proto::Attempt) -> Vec<(&'static str, String)> {
     let mut rows = vec![
         ("attempt_id", attempt.attempt_id.clone()),
         ("operation_key", attempt.operation_key.clone()),
+        ("attempt_number", attempt.attempt_number.to_string()),
         ("consumer", attempt.consumer.clone()),
         ("status", status_name(attempt.status)),
         (
@@ -183,6 +186,7 @@ fn attempt_json(attempt: &proto::Attempt) -> Value {
         "needs_review": attempt.needs_review,
         "review_reason": non_empty(&attempt.review_reason),
         "idempotency_key": attempt.idempotency_key,
+        "attempt_number": attempt.attempt_number,
         "generation": attempt.generation,
         "provider_calls": attempt.provider_calls,
         "created_at": attempt.created_at.as_ref().map(rfc3339),
