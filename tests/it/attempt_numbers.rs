@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chargeguard::grpc::ATTEMPT_ID_METADATA;
 use chargeguard::grpc::proto::{
-    self, AttemptKind, AttemptStatus, ChargeOutcome, ChargeRequest, GetAttemptRequest, ListAttemptsRequest,
+    self, AttemptKind, AttemptStatus, ChargeOutcome, GetAttemptRequest, ListAttemptsRequest,
     get_attempt_request::Selector,
 };
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, LedgerPaymentIntent, RequestLogEntry};
@@ -16,19 +16,11 @@ use tonic::{Code, Status};
 use crate::recovery::{advance, hours, leave_pending, sweep_until_idle};
 use crate::reports::run_json;
 use crate::support::{
-    Backend, ORDERS_TOKEN, SIM_API_KEY, TestApp, authed, charge_request, error_code, on_both_backends, outcome_of, status_of,
+    Backend, ORDERS_TOKEN, SIM_API_KEY, TestApp, attempt_request as attempt, authed, error_code, on_both_backends, outcome_of, status_of,
 };
 
 const DECLINING_CARD: &str = "pm_card_chargeDeclined";
 const ANOTHER_CARD: &str = "pm_card_mastercard";
-
-fn attempt(operation: &str, number: u32, payment_method: &str) -> ChargeRequest {
-    ChargeRequest {
-        attempt: Some(number),
-        payment_method: payment_method.to_owned(),
-        ..charge_request(operation)
-    }
-}
 
 /// Attempt 1 of `operation`, declined and recorded as failed.
 async fn declined_first_attempt(app: &TestApp, operation: &str) -> proto::Attempt {

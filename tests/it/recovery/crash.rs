@@ -19,7 +19,7 @@ use super::{
     advance, assert_settled, creates_with_key, minutes, seed_due_rows, stored, sweep_until_idle,
 };
 use crate::support::faketime::ClockOffset;
-use crate::support::{TestApp, charge_request, outcome_of, status_of};
+use crate::support::{TestApp, attempt_request as attempt, charge_request, outcome_of, status_of};
 
 /// The dying process's clock in the skewed rows: 2 h fast.
 const FAST_CHILD_CLOCK: ClockOffset = ClockOffset::minutes(120);
@@ -257,14 +257,6 @@ with_child_clocks!(
 // Issue 16: attempt n + 1 of an operation. The rows below cross the boundary between two
 // attempts; whatever dies where, the provider ends with at most one succeeded object for the
 // operation.
-
-fn attempt(operation: &str, number: u32, payment_method: &str) -> chargeguard::grpc::proto::ChargeRequest {
-    chargeguard::grpc::proto::ChargeRequest {
-        attempt: Some(number),
-        payment_method: payment_method.to_owned(),
-        ..charge_request(operation)
-    }
-}
 
 async fn succeeded_objects(app: &TestApp) -> usize {
     let ledger = app.sim().ledger().await.unwrap();

@@ -3,18 +3,14 @@
 //! earlier attempt keeps its decline; an event for an earlier attempt's canceled intent never
 //! moves a later attempt, and one that shows it succeeded is flagged on the earlier attempt.
 
-use chargeguard::grpc::proto::{self, AttemptStatus, ChargeRequest};
+use chargeguard::grpc::proto::{self, AttemptStatus};
 use chargeguard::secret::Secret;
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
 use chargeguard::store::inbox::InboxOutcome;
 use chargeguard::webhook::signature::sign;
 
 use super::{Hooked, SECRET, attempt_record, intent_event, outcomes, status, wall_now};
-use crate::support::charge_request;
-
-fn attempt(operation: &str, number: u32, payment_method: &str) -> ChargeRequest {
-    ChargeRequest { attempt: Some(number), payment_method: payment_method.to_owned(), ..charge_request(operation) }
-}
+use crate::support::attempt_request as attempt;
 
 async fn declined_first_attempt(hooked: &Hooked, operation: &str) -> proto::Attempt {
     let first = hooked.app.charge(attempt(operation, 1, "pm_card_chargeDeclined")).await.unwrap().attempt.unwrap();
