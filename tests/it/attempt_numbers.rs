@@ -274,6 +274,38 @@ async fn an_amount_change_after_a_decline_cancels_the_declined_intent_then_creat
     assert_eq!(succeeded_intents(&app).await, 1);
 }
 
+async fn a_confirm_never_answered_expires_past_its_window_and_attempt_3_confirms_the_intent_again(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
+    let first = declined_first_attempt(&app, "order-9:charge").await;
+    // Attempt 2's confirm is refused before the provider applies it, and nobody retries.
+    app.sim().set_fault(Endpoint::ConfirmPaymentIntent, FaultSpec::next(FaultKind::FailBeforeApply, 1)).await.unwrap();
+    let lost = app.charge(attempt("order-9:charge", 2, ANOTHER_CARD)).await.unwrap_err();
+    assert_eq!(error_code(&lost), "outcome_unknown");
+    let jumped_at = advance(&app, hours(25)).await;
+    let swept = sweep_until_idle(&app).await;
+    assert_eq!((swept.claimed, swept.failed), (1, 1), "{swept}");
+    let after_jump: Vec<_> =
+        app.sim().requests().await.unwrap().into_iter().filter(|r| r.sim_time >= jumped_at).collect();
+    assert!(after_jump.iter().all(|r| r.method == "GET"), "past the window nothing is sent: {after_jump:#?}");
+    assert!(
+        after_jump.iter().all(|r| r.endpoint.as_deref() == Some("retrieve_payment_intent")),
+        "the intent is read by its id, never searched: {after_jump:#?}"
+    );
+    let second = attempts_of(&app, "order-9:charge").await.pop().unwrap();
+    assert_eq!((second.attempt_number, second.failure_code.as_str()), (2, "expired"));
+    assert_eq!(second.provider_payment_id, first.provider_payment_id, "the intent stays the operation's");
+
+    let third = app.charge(attempt("order-9:charge", 3, "pm_card_visa")).await.unwrap();
+    assert_eq!(status_of(&third), AttemptStatus::Succeeded);
+    let third = third.attempt.unwrap();
+    assert_eq!(third.provider_payment_id, first.provider_payment_id);
+    let confirms = confirms(&app).await;
+    let keys: BTreeSet<_> = confirms.iter().filter_map(|r| r.idempotency_key.clone()).collect();
+    assert_eq!(keys.len(), 2, "attempts 2 and 3, each with its own key: {confirms:#?}");
+    assert_eq!(intents(&app).await.len(), 1);
+    assert_eq!(succeeded_intents(&app).await, 1);
+}
+
 /// The report's category of each attempt row of `operation`, by attempt id.
 fn categories_of(report: &serde_json::Value, operation: &str) -> BTreeMap<String, String> {
     report["rows"]
@@ -342,4 +374,5 @@ on_both_backends!(
     #[tokio::test(flavor = "multi_thread")] fifty_concurrent_callers_split_between_attempts_2_and_3_create_only_attempt_2,
     after_an_expired_attempt_attempt_2_creates_a_new_intent,
     an_amount_change_after_a_decline_cancels_the_declined_intent_then_creates,
+    a_confirm_never_answered_expires_past_its_window_and_attempt_3_confirms_the_intent_again,
 );
