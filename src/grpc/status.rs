@@ -61,6 +61,9 @@ pub fn from_orchestrator(error: OrchestratorError) -> Status {
         OrchestratorError::PreviousAttemptInProgress { attempt_id, .. } => {
             status(Code::Unavailable, "in_progress", error.to_string(), Some(attempt_id))
         }
+        OrchestratorError::PreviousCancelUnfinished { attempt_id, .. } => {
+            status(Code::Unavailable, "in_progress", error.to_string(), Some(attempt_id))
+        }
         OrchestratorError::OperationAlreadySucceeded { attempt_id, .. } => {
             status(Code::FailedPrecondition, "operation_already_succeeded", error.to_string(), Some(attempt_id))
         }

@@ -47,7 +47,11 @@ impl Orchestrator {
         attempt_id: AttemptId,
         provider_payment_id: &str,
     ) -> Result<(), OrchestratorError> {
-        let unknown = |reason: String| OrchestratorError::OutcomeUnknown { attempt_id, reason };
+        let unfinished = |reason: String| OrchestratorError::PreviousCancelUnfinished {
+            operation_key: request.operation_key.clone(),
+            attempt_id,
+            reason,
+        };
         let snapshot = match self.provider.cancel_payment(provider_payment_id).await {
             Ok(snapshot) => snapshot,
             // Refused (already canceled, or paid meanwhile) or unknown: read what it is now.
@@ -56,7 +60,7 @@ impl Orchestrator {
                 self.provider
                     .retrieve_payment(provider_payment_id)
                     .await
-                    .map_err(|error| unknown(format!("canceling the previous attempt's intent: {error}")))?
+                    .map_err(|error| unfinished(format!("reading its intent {provider_payment_id}: {error}")))?
             }
         };
         crate::failpoints::crash_point("attempts.after_previous_cancel");
@@ -74,10 +78,7 @@ impl Orchestrator {
                 operation_key: request.operation_key.clone(),
                 attempt_id,
             }),
-            other => Err(unknown(format!(
-                "the previous attempt's intent {provider_payment_id} is {} and could not be canceled yet",
-                other.as_str()
-            ))),
+            other => Err(unfinished(format!("its intent {provider_payment_id} is {}", other.as_str()))),
         }
     }
 }

@@ -61,7 +61,9 @@ impl Orchestrator {
             Err(OrchestratorError::InProgress { .. }) => "in_progress",
             Err(OrchestratorError::ProviderReplaysFailure { .. }) => "replayed_failure",
             Err(OrchestratorError::FingerprintMismatch { .. }) => "mismatch",
-            Err(OrchestratorError::PreviousAttemptInProgress { .. }) => "previous_in_progress",
+            Err(OrchestratorError::PreviousAttemptInProgress { .. } | OrchestratorError::PreviousCancelUnfinished { .. }) => {
+                "previous_in_progress"
+            }
             Err(OrchestratorError::OperationAlreadySucceeded { .. }) => "already_succeeded",
             Err(OrchestratorError::AttemptOutOfOrder { .. }) => "out_of_order",
             Err(_) => "error",

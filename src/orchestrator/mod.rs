@@ -96,6 +96,12 @@ pub enum OrchestratorError {
         latest.map_or_else(|| "none".to_owned(), |latest| latest.to_string())
     )]
     AttemptOutOfOrder { operation_key: OperationKey, requested: u32, latest: Option<u32> },
+    #[error(
+        "attempt {attempt_id} of operation \"{operation_key}\" failed, but its payment could not be \
+         canceled yet ({reason}); the next attempt changes what that payment would charge, so it \
+         starts only once the cancel is done; it is safe to retry this call"
+    )]
+    PreviousCancelUnfinished { operation_key: OperationKey, attempt_id: AttemptId, reason: String },
     #[error("no such attempt")]
     NotFound,
     #[error("attempt {attempt_id} is not flagged for review, or is already decided")]

@@ -274,6 +274,29 @@ async fn an_amount_change_after_a_decline_cancels_the_declined_intent_then_creat
     assert_eq!(succeeded_intents(&app).await, 1);
 }
 
+async fn a_cancel_that_fails_writes_no_next_attempt_and_the_retry_cancels_then_creates(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
+    let first = declined_first_attempt(&app, "order-10:charge").await;
+    let mut changed = attempt("order-10:charge", 2, ANOTHER_CARD);
+    changed.amount_minor = 3_000;
+    let outage = FaultSpec::next(FaultKind::FailBeforeApply, 1);
+    app.sim().set_fault(Endpoint::CancelPaymentIntent, outage.clone()).await.unwrap();
+    app.sim().set_fault(Endpoint::RetrievePaymentIntent, outage).await.unwrap();
+
+    let error = app.charge(changed.clone()).await.unwrap_err();
+    assert_eq!(error.code(), Code::Unavailable, "{error:?}");
+    assert_eq!(error_code(&error), "in_progress");
+    assert_eq!(attempt_id_of(&error), first.attempt_id);
+    assert!(error.message().contains("could not be canceled yet"), "{}", error.message());
+    assert_eq!(app.attempt_rows().await, 1, "no attempt 2 beside a payable intent");
+    assert!(payment_writes(&app).await.len() == 1, "no create");
+
+    let second = app.charge(changed).await.unwrap();
+    assert_eq!(status_of(&second), AttemptStatus::Succeeded);
+    let ledger = intents(&app).await;
+    assert_eq!(ledger.iter().map(|i| i.status.as_str()).collect::<BTreeSet<_>>(), BTreeSet::from(["canceled", "succeeded"]));
+}
+
 async fn a_confirm_never_answered_expires_past_its_window_and_attempt_3_confirms_the_intent_again(backend: Backend) {
     let app = TestApp::spawn_backend(backend).await;
     let first = declined_first_attempt(&app, "order-9:charge").await;
@@ -375,4 +398,5 @@ on_both_backends!(
     after_an_expired_attempt_attempt_2_creates_a_new_intent,
     an_amount_change_after_a_decline_cancels_the_declined_intent_then_creates,
     a_confirm_never_answered_expires_past_its_window_and_attempt_3_confirms_the_intent_again,
+    a_cancel_that_fails_writes_no_next_attempt_and_the_retry_cancels_then_creates,
 );
