@@ -280,7 +280,7 @@ async fn a_cancel_that_fails_writes_no_next_attempt_and_the_retry_cancels_then_c
     let mut changed = attempt("order-10:charge", 2, ANOTHER_CARD);
     changed.amount_minor = 3_000;
     let outage = FaultSpec::next(FaultKind::FailBeforeApply, 1);
-    app.sim().set_fault(Endpoint::CancelPaymentIntent, outage.clone()).await.unwrap();
+    app.sim().set_fault(Endpoint::CancelPaymentIntent, outage).await.unwrap();
     app.sim().set_fault(Endpoint::RetrievePaymentIntent, outage).await.unwrap();
 
     let error = app.charge(changed.clone()).await.unwrap_err();
@@ -289,7 +289,7 @@ async fn a_cancel_that_fails_writes_no_next_attempt_and_the_retry_cancels_then_c
     assert_eq!(attempt_id_of(&error), first.attempt_id);
     assert!(error.message().contains("could not be canceled yet"), "{}", error.message());
     assert_eq!(app.attempt_rows().await, 1, "no attempt 2 beside a payable intent");
-    assert!(payment_writes(&app).await.len() == 1, "no create");
+    assert_eq!(payment_writes(&app).await.len(), 1, "no create");
 
     let second = app.charge(changed).await.unwrap();
     assert_eq!(status_of(&second), AttemptStatus::Succeeded);
