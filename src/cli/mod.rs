@@ -59,6 +59,11 @@ pub struct ChargeArgs {
     /// parameters is the same charge, however often it is sent.
     #[arg(long)]
     pub operation: String,
+    /// Which attempt of the operation this is, from 1 (the default). Attempt N + 1 is made only
+    /// after attempt N failed (declined, canceled, expired), e.g. with the customer's new card;
+    /// it may change the payment method, customer or amount.
+    #[arg(long)]
+    pub attempt: Option<u32>,
     /// Amount in the currency's minor unit (cents for usd).
     #[arg(long, allow_negative_numbers = true)]
     pub amount: i64,
@@ -149,6 +154,12 @@ pub struct ListArgs {
     /// Only attempts in this status.
     #[arg(long, value_enum)]
     pub status: Option<StatusFilter>,
+    /// Every attempt of this operation key.
+    #[arg(long)]
+    pub operation: Option<String>,
+    /// Only attempts of this kind.
+    #[arg(long, value_enum)]
+    pub kind: Option<KindFilter>,
     /// Only attempts created at or after this instant (RFC 3339, e.g. 2026-12-01T00:00:00Z).
     #[arg(long)]
     pub from: Option<DateTime<Utc>>,
@@ -169,6 +180,21 @@ pub enum StatusFilter {
     RequiresAction,
     Succeeded,
     Failed,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum KindFilter {
+    Charge,
+    Refund,
+}
+
+impl KindFilter {
+    fn to_proto(self) -> proto::AttemptKind {
+        match self {
+            KindFilter::Charge => proto::AttemptKind::Charge,
+            KindFilter::Refund => proto::AttemptKind::Refund,
+        }
+    }
 }
 
 impl StatusFilter {
@@ -203,7 +229,7 @@ pub async fn charge(args: ChargeArgs) -> ExitCode {
             customer: args.customer,
             description: args.description,
             metadata,
-            attempt: None,
+            attempt: args.attempt,
         };
         Ok::<_, ClientError>(client.charge(request).await?.into_inner())
     }
@@ -284,7 +310,8 @@ async fn list(args: ListArgs) -> ExitCode {
             created_to: args.to.map(timestamp),
             page_size: args.page_size.unwrap_or(0),
             page_token: args.page_token.unwrap_or_default(),
-            ..Default::default()
+            operation_key: args.operation.unwrap_or_default(),
+            kind: args.kind.map_or(proto::AttemptKind::Unspecified, KindFilter::to_proto) as i32,
         };
         Ok::<_, ClientError>(client.list_attempts(request).await?.into_inner())
     }

@@ -40,6 +40,7 @@ pub fn list(response: &proto::ListAttemptsResponse, json: bool) -> String {
     let header = [
         "ATTEMPT ID",
         "OPERATION KEY",
+        "ATTEMPT",
         "KIND",
         "STATUS",
         "AMOUNT",
@@ -47,13 +48,14 @@ pub fn list(response: &proto::ListAttemptsResponse, json: bool) -> String {
         "CREATED AT",
         "PROVIDER ID",
     ];
-    let rows: Vec<[String; 8]> = response
+    let rows: Vec<[String; 9]> = response
         .attempts
         .iter()
         .map(|attempt| {
             [
                 attempt.attempt_id.clone(),
                 attempt.operation_key.clone(),
+                attempt.attempt_number.to_string(),
                 kind_name(attempt.kind),
                 status_name(attempt.status),
                 format!("{} {}", attempt.amount_minor, attempt.currency),
@@ -109,6 +111,7 @@ fn attempt_rows(attempt: &proto::Attempt) -> Vec<(&'static str, String)> {
     let mut rows = vec![
         ("attempt_id", attempt.attempt_id.clone()),
         ("operation_key", attempt.operation_key.clone()),
+        ("attempt_number", attempt.attempt_number.to_string()),
         ("consumer", attempt.consumer.clone()),
         ("kind", kind_name(attempt.kind)),
         ("refund_of", attempt.parent_attempt_id.clone()),
@@ -193,6 +196,7 @@ fn attempt_json(attempt: &proto::Attempt) -> Value {
         "needs_review": attempt.needs_review,
         "review_reason": non_empty(&attempt.review_reason),
         "idempotency_key": attempt.idempotency_key,
+        "attempt_number": attempt.attempt_number,
         "generation": attempt.generation,
         "provider_calls": attempt.provider_calls,
         "created_at": attempt.created_at.as_ref().map(rfc3339),

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::{Currency, InvalidField, OperationKey};
+use super::{AttemptNumber, Currency, InvalidField, OperationKey};
 
 pub const PAYMENT_METHOD_LENGTH_MAX: usize = 255;
 pub const CUSTOMER_LENGTH_MAX: usize = 255;
@@ -231,10 +231,12 @@ impl Fingerprint {
     }
 }
 
-/// A validated charge request: the operation and its parameters.
+/// A validated charge request: the operation, which attempt of it this is, and its parameters.
+/// The operation and the attempt number identify the request; the parameters must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChargeRequest {
     pub operation_key: OperationKey,
+    pub attempt: AttemptNumber,
     pub params: ChargeParams,
 }
 

@@ -3,6 +3,7 @@
 //! value of one of these types is known to be valid.
 
 mod attempt;
+mod attempt_number;
 mod charge_request;
 mod currency;
 #[cfg(test)]
@@ -20,6 +21,7 @@ pub use attempt::{
     Attempt, AttemptId, AttemptKind, AttemptStatus, Failure, Lease, LeaseOwner, ListProgress,
     NextAction, RefundReason,
 };
+pub use attempt_number::{ATTEMPT_NUMBER_MAX, Admission, AttemptNumber, admit};
 pub use charge_request::{
     ChargeParams, ChargeRequest, Description, Fingerprint, Metadata, PaymentMethodId, CustomerId,
     METADATA_KEY_LENGTH_MAX, METADATA_KEYS_MAX, METADATA_VALUE_LENGTH_MAX, RESERVED_METADATA_PREFIX,
@@ -34,7 +36,7 @@ pub use refund_resolution::resolve_refund_snapshot;
 pub use recovery::{
     CLOCK_SKEW_TOLERANCE, ClockReadings, KeyAge, KeyWindow, LookupResolution,
     PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step, lookup_created_range,
-    resolve_lookup,
+    resolve_confirmed, resolve_lookup,
 };
 pub use review::{SUCCEEDED_AFTER_FAILURE, shows_money_moved, succeeded_after_failure_reason};
 

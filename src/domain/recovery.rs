@@ -92,6 +92,12 @@ pub enum RecoveryStep {
     FindByMetadata { conclusive: bool },
     /// The customer never acted within the allowed time: cancel at the provider.
     Cancel { provider_payment_id: String },
+    /// An attempt that confirms an earlier attempt's intent again (issue 16), with no answer
+    /// recorded and its key no longer safe to send: read the intent, whose id is known. Its
+    /// metadata names the earlier attempt, so a lookup by metadata would find nothing of ours.
+    /// `conclusive`: the window is over, so an intent still waiting for a payment method proves
+    /// nothing was charged under this attempt's key.
+    RetrieveConfirmed { provider_payment_id: String, conclusive: bool },
 }
 
 /// Chooses the next step for an unfinished attempt, or `None` for a terminal one.
@@ -117,6 +123,9 @@ pub fn choose_recovery_step(
             RecoveryStep::Retrieve { provider_payment_id }
         });
     }
+    if let Some(confirmed) = attempt.confirms_payment_id.clone() {
+        return Some(confirm_recovery_step(attempt, confirmed, window.age(attempt, readings)));
+    }
     Some(match window.age(attempt, readings) {
         KeyAge::Expired => RecoveryStep::FindByMetadata { conclusive: true },
         KeyAge::Unknown => RecoveryStep::FindByMetadata { conclusive: false },
@@ -124,6 +133,38 @@ pub fn choose_recovery_step(
         // the provider remembers it: look the object up instead, until the window closes.
         KeyAge::Open if attempt.create_replays_failure => RecoveryStep::FindByMetadata { conclusive: false },
         KeyAge::Open => RecoveryStep::ResendCreate,
+    })
+}
+
+/// A confirm of an earlier attempt's intent: inside the key window it is re-sent with the stored
+/// key (the provider replays or performs it once); past it, or with a key that replays a saved
+/// failure, never re-sent: the intent is read instead.
+fn confirm_recovery_step(attempt: &Attempt, provider_payment_id: String, age: KeyAge) -> RecoveryStep {
+    match age {
+        KeyAge::Open if !attempt.create_replays_failure => RecoveryStep::ResendCreate,
+        KeyAge::Expired => RecoveryStep::RetrieveConfirmed { provider_payment_id, conclusive: true },
+        KeyAge::Open | KeyAge::Unknown => RecoveryStep::RetrieveConfirmed { provider_payment_id, conclusive: false },
+    }
+}
+
+/// What the re-confirmed intent, read past the attempt's key window, says about the attempt;
+/// `None` leaves it pending. The intent succeeds at most once, and attempt n + 2 cannot exist
+/// while this attempt is undecided, so a success is this attempt's. Still waiting for a payment
+/// method: nothing was charged — the attempt expires once the window is over (`conclusive`),
+/// and waits while the key's age is unknown. Processing waits (resolve_snapshot keeps it pending).
+pub fn resolve_confirmed(
+    snapshot: &PaymentSnapshot,
+    requested: &super::ChargeParams,
+    conclusive: bool,
+) -> Option<super::Resolution> {
+    if snapshot.status != super::ProviderPaymentStatus::RequiresPaymentMethod {
+        return Some(super::resolve_snapshot(snapshot, requested));
+    }
+    conclusive.then(|| super::Resolution {
+        status: AttemptStatus::Failed,
+        failure: Some(super::Failure::expired()),
+        next_action: None,
+        review_reason: None,
     })
 }
 
@@ -290,6 +331,42 @@ mod tests {
         assert_eq!(step, Some(RecoveryStep::Cancel { provider_payment_id: "pi_1".into() }));
         attempt.status = AttemptStatus::Succeeded;
         assert_eq!(choose_recovery_step(&attempt, agreed(30), window(), Duration::hours(24)), None);
+    }
+
+    #[test]
+    fn a_confirm_is_resent_inside_the_window_and_its_intent_read_after() {
+        let mut attempt = pending_attempt();
+        attempt.generation = 1;
+        attempt.confirms_payment_id = Some("pi_1".into());
+        let step = |attempt: &Attempt, readings| choose_recovery_step(attempt, readings, window(), Duration::hours(24));
+        assert_eq!(step(&attempt, agreed(1)), Some(RecoveryStep::ResendCreate));
+        let read = |conclusive| Some(RecoveryStep::RetrieveConfirmed { provider_payment_id: "pi_1".into(), conclusive });
+        assert_eq!(step(&attempt, agreed(23)), read(true), "never a lookup by metadata: it names attempt 1");
+        attempt.updated_at = at(10);
+        assert_eq!(step(&attempt, agreed(9)), read(false), "a clock that went back never re-sends");
+        attempt.updated_at = at(0);
+        attempt.create_replays_failure = true;
+        assert_eq!(step(&attempt, agreed(1)), read(false));
+        attempt.provider_payment_id = Some("pi_1".into());
+        assert_eq!(
+            step(&attempt, agreed(1)),
+            Some(RecoveryStep::Retrieve { provider_payment_id: "pi_1".into() }),
+            "once the confirm answered, the intent is this attempt's known object"
+        );
+    }
+
+    #[test]
+    fn a_read_confirmed_intent_adopts_success_waits_on_processing_and_expires_unpaid() {
+        let attempt = pending_attempt();
+        let read = |status, conclusive| resolve_confirmed(&snapshot("pi_1", status, 0), &attempt.params, conclusive);
+        assert_eq!(read(ProviderPaymentStatus::Succeeded, true).unwrap().status, AttemptStatus::Succeeded);
+        assert_eq!(read(ProviderPaymentStatus::Succeeded, false).unwrap().status, AttemptStatus::Succeeded);
+        assert_eq!(read(ProviderPaymentStatus::Processing, true).unwrap().status, AttemptStatus::Pending);
+        let expired = read(ProviderPaymentStatus::RequiresPaymentMethod, true).unwrap();
+        assert_eq!(expired.status, AttemptStatus::Failed);
+        assert_eq!(expired.failure.unwrap().code, crate::domain::Failure::expired().code);
+        assert_eq!(read(ProviderPaymentStatus::RequiresPaymentMethod, false), None, "the key's age is unknown");
+        assert_eq!(read(ProviderPaymentStatus::Canceled, false).unwrap().status, AttemptStatus::Failed);
     }
 
     fn snapshot(id: &str, status: ProviderPaymentStatus, created_hour: i64) -> PaymentSnapshot {

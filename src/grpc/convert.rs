@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::proto;
 use crate::domain::{
-    Attempt, AttemptId, AttemptKind, AttemptStatus, ChargeParams, ChargeRequest, Currency,
+    Attempt, AttemptId, AttemptKind, AttemptNumber, AttemptStatus, ChargeParams, ChargeRequest, Currency,
     ChargeSelector, CustomerId, Description, InvalidField, Metadata, OperationKey,
     PaymentMethodId, RefundReason, RefundRequest,
 };
@@ -15,6 +15,7 @@ use crate::store::{ListFilter, RefundTotals};
 
 pub fn charge_request(request: &proto::ChargeRequest, amount_minor_max: i64) -> Result<ChargeRequest, InvalidField> {
     let operation_key = OperationKey::parse(&request.operation_key)?;
+    let attempt = AttemptNumber::parse(request.attempt)?;
     let currency = Currency::parse(&request.currency)?;
     let payment_method = PaymentMethodId::parse(&request.payment_method)?;
     let customer = request.customer.as_deref().map(CustomerId::parse).transpose()?;
@@ -29,7 +30,7 @@ pub fn charge_request(request: &proto::ChargeRequest, amount_minor_max: i64) -> 
         description,
         metadata,
     )?;
-    Ok(ChargeRequest { operation_key, params })
+    Ok(ChargeRequest { operation_key, attempt, params })
 }
 
 pub fn refund_request(request: &proto::RefundRequest) -> Result<RefundRequest, InvalidField> {
@@ -98,7 +99,17 @@ pub fn list_filter(request: &proto::ListAttemptsRequest) -> Result<ListFilter, I
     {
         return Err(InvalidField::new("created_to", "must be after created_from"));
     }
-    Ok(ListFilter { status, created_from, created_to })
+    let operation_key = match request.operation_key.as_str() {
+        "" => None,
+        key => Some(OperationKey::parse(key)?),
+    };
+    let kind = match proto::AttemptKind::try_from(request.kind) {
+        Ok(proto::AttemptKind::Unspecified) => None,
+        Ok(proto::AttemptKind::Charge) => Some(AttemptKind::Charge),
+        Ok(proto::AttemptKind::Refund) => Some(AttemptKind::Refund),
+        Err(_) => return Err(InvalidField::new("kind", format!("unknown value {}", request.kind))),
+    };
+    Ok(ListFilter { status, operation_key, kind, created_from, created_to })
 }
 
 pub fn page_size(requested: u32, default: u32, max: u32) -> Result<u32, InvalidField> {

@@ -48,9 +48,13 @@ impl Payments for PaymentsService {
         let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
         let selector = convert::selector(request.get_ref()).map_err(status::invalid_field)?;
         let attempt = self.orchestrator.get_attempt(&consumer, selector).await.map_err(status::from_orchestrator)?;
+        let operation_attempts =
+            self.orchestrator.operation_attempts(&consumer, &attempt).await.map_err(status::from_orchestrator)?;
         let totals = self.orchestrator.refund_totals(std::slice::from_ref(&attempt)).await.map_err(status::from_orchestrator)?;
-        // Counted by the attempt-number work (issue 16); until then an operation has one.
-        Ok(Response::new(proto::GetAttemptResponse { attempt: Some(convert::attempt_with_refunds(&attempt, totals.get(&attempt.id))), operation_attempts: 1 }))
+        Ok(Response::new(proto::GetAttemptResponse {
+            attempt: Some(convert::attempt_with_refunds(&attempt, totals.get(&attempt.id))),
+            operation_attempts,
+        }))
     }
 
     async fn list_attempts(&self, request: Request<proto::ListAttemptsRequest>) -> Result<Response<proto::ListAttemptsResponse>, Status> {

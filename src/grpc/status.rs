@@ -58,6 +58,18 @@ pub fn from_orchestrator(error: OrchestratorError) -> Status {
         OrchestratorError::NeedsReview { attempt_id, .. } => {
             status(Code::FailedPrecondition, "needs_review", error.to_string(), Some(attempt_id))
         }
+        OrchestratorError::PreviousAttemptInProgress { attempt_id, .. } => {
+            status(Code::Unavailable, "in_progress", error.to_string(), Some(attempt_id))
+        }
+        OrchestratorError::PreviousCancelUnfinished { attempt_id, .. } => {
+            status(Code::Unavailable, "in_progress", error.to_string(), Some(attempt_id))
+        }
+        OrchestratorError::OperationAlreadySucceeded { attempt_id, .. } => {
+            status(Code::FailedPrecondition, "operation_already_succeeded", error.to_string(), Some(attempt_id))
+        }
+        OrchestratorError::AttemptOutOfOrder { .. } => {
+            status(Code::FailedPrecondition, "attempt_out_of_order", error.to_string(), None)
+        }
         OrchestratorError::NotFound => status(Code::NotFound, "not_found", "no such attempt".to_owned(), None),
         OrchestratorError::RefundRefused(ref refusal) => {
             // No refund attempt exists, so no attempt id is attached; the message names the charge.

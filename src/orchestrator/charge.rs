@@ -41,8 +41,10 @@ pub struct ChargeReply {
 const WAIT_POLL_INITIAL: Duration = Duration::from_millis(20);
 const WAIT_POLL_MAX: Duration = Duration::from_millis(250);
 
-/// The generation of a new operation's first key.
-const FIRST_GENERATION: u32 = 0;
+/// Cancels of the previous attempt's intent one call makes before it inserts its own attempt:
+/// one is enough (the cancel is recorded before the insert is tried again); a second refusal
+/// means the row changed under the call, and the caller retries.
+const CANCELS_PER_CALL_MAX: u32 = 1;
 
 impl Orchestrator {
     #[tracing::instrument(name = "charge", skip_all,
@@ -59,6 +61,11 @@ impl Orchestrator {
             Err(OrchestratorError::InProgress { .. }) => "in_progress",
             Err(OrchestratorError::ProviderReplaysFailure { .. }) => "replayed_failure",
             Err(OrchestratorError::FingerprintMismatch { .. }) => "mismatch",
+            Err(OrchestratorError::PreviousAttemptInProgress { .. } | OrchestratorError::PreviousCancelUnfinished { .. }) => {
+                "previous_in_progress"
+            }
+            Err(OrchestratorError::OperationAlreadySucceeded { .. }) => "already_succeeded",
+            Err(OrchestratorError::AttemptOutOfOrder { .. }) => "out_of_order",
             Err(_) => "error",
         };
         metrics::counter!("chargeguard_charges_total", "outcome" => label).increment(1);
@@ -73,7 +80,9 @@ impl Orchestrator {
         request: ChargeRequest,
     ) -> Result<ChargeReply, OrchestratorError> {
         let fingerprint = request.params.fingerprint();
-        if let Some(decided) = self.outcome_cache.get(consumer, &request.operation_key) {
+        // The cache holds the operation's latest decided attempt; another attempt is read.
+        let cached = self.outcome_cache.get(consumer, &request.operation_key);
+        if let Some(decided) = cached.filter(|decided| decided.generation == request.attempt.generation()) {
             tracing::Span::current().record("attempt_id", tracing::field::display(decided.id));
             return self.charge_existing(&request, &fingerprint, decided).await;
         }
@@ -91,15 +100,16 @@ impl Orchestrator {
         fingerprint: &Fingerprint,
     ) -> Result<ChargeReply, OrchestratorError> {
         let owner = self.new_lease_owner();
-        let new = NewAttempt {
+        let generation = request.attempt.generation();
+        let mut new = NewAttempt {
             id: AttemptId::from_uuid(Uuid::now_v7()),
             consumer: consumer.clone(),
             operation_key: request.operation_key.clone(),
             params: request.params.clone(),
             fingerprint: fingerprint.clone(),
             provider: self.provider.name(),
-            idempotency_key: derive_idempotency_key(consumer, &request.operation_key, FIRST_GENERATION),
-            generation: FIRST_GENERATION,
+            idempotency_key: derive_idempotency_key(consumer, &request.operation_key, generation),
+            generation,
             return_url: self.settings.return_url.clone(),
             lease_owner: owner,
             lease_duration: chrono_duration(self.settings.lease_duration),
@@ -107,16 +117,26 @@ impl Orchestrator {
             time: self.caller_time(),
         };
         crate::failpoints::crash_point("charge.before_pending_commit");
-        match self.store.insert_pending(&new).await? {
-            InsertOutcome::Inserted(attempt) => {
-                tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
-                crate::failpoints::crash_point("charge.after_pending_commit");
-                self.answer_inserted(attempt, owner, "charge.after_record").await
-            }
-            InsertOutcome::Existing(attempt) => {
-                tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
-                self.charge_existing(request, fingerprint, attempt).await
-            }
+        let mut cancels_left = CANCELS_PER_CALL_MAX;
+        loop {
+            return match self.store.insert_pending(&new).await? {
+                InsertOutcome::Inserted(attempt) => {
+                    tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
+                    crate::failpoints::crash_point("charge.after_pending_commit");
+                    self.answer_inserted(attempt, owner, "charge.after_record").await
+                }
+                InsertOutcome::Existing(attempt) => {
+                    tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
+                    self.charge_existing(request, fingerprint, attempt).await
+                }
+                InsertOutcome::CancelPrevious { attempt_id, provider_payment_id } if cancels_left > 0 => {
+                    cancels_left -= 1;
+                    self.cancel_previous_intent(consumer, request, attempt_id, &provider_payment_id).await?;
+                    new.time = self.caller_time();
+                    continue;
+                }
+                refused => Err(self.refusal(request, refused)),
+            };
         }
     }
 

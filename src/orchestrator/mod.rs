@@ -2,6 +2,7 @@
 //! state changes; it calls the store and the provider and never holds a database transaction
 //! across a provider call.
 
+mod attempts;
 mod charge;
 mod outcome_cache;
 mod queries;
@@ -80,6 +81,28 @@ pub enum OrchestratorError {
     ProviderReplaysFailure { attempt_id: AttemptId },
     #[error("attempt {attempt_id} needs review and was not sent again: {reason}")]
     NeedsReview { attempt_id: AttemptId, reason: String },
+    #[error(
+        "attempt {attempt_id} of operation \"{operation_key}\" is not decided yet; a next attempt \
+         may start only once it failed; it is safe to retry this call"
+    )]
+    PreviousAttemptInProgress { operation_key: OperationKey, attempt_id: AttemptId },
+    #[error(
+        "operation \"{operation_key}\" already succeeded (attempt {attempt_id}); no further \
+         attempt is made"
+    )]
+    OperationAlreadySucceeded { operation_key: OperationKey, attempt_id: AttemptId },
+    #[error(
+        "attempt {requested} of operation \"{operation_key}\" does not follow its latest attempt \
+         ({}); attempts are numbered 1, 2, 3, … and each starts only after the one before failed",
+        latest.map_or_else(|| "none".to_owned(), |latest| latest.to_string())
+    )]
+    AttemptOutOfOrder { operation_key: OperationKey, requested: u32, latest: Option<u32> },
+    #[error(
+        "attempt {attempt_id} of operation \"{operation_key}\" failed, but its payment could not be \
+         canceled yet ({reason}); the next attempt changes what that payment would charge, so it \
+         starts only once the cancel is done; it is safe to retry this call"
+    )]
+    PreviousCancelUnfinished { operation_key: OperationKey, attempt_id: AttemptId, reason: String },
     #[error("no such attempt")]
     NotFound,
     /// The refund's inserting statement refused it; nothing was written or sent.

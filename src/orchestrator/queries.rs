@@ -34,6 +34,11 @@ impl Orchestrator {
         found.ok_or(OrchestratorError::NotFound)
     }
 
+    /// How many attempts the attempt's operation has (the attempt among them).
+    pub async fn operation_attempts(&self, consumer: &ConsumerName, attempt: &Attempt) -> Result<u32, OrchestratorError> {
+        Ok(self.store.count_operation_attempts(consumer, &attempt.operation_key).await?)
+    }
+
     /// `page_size` was checked against the maximum by the caller.
     pub async fn list_attempts(
         &self,

@@ -13,9 +13,9 @@ use super::{Orchestrator, OrchestratorError, chrono_duration};
 use crate::domain::{
     Attempt, AttemptKind, AttemptStatus, ClockReadings, LeaseOwner, ListProgress, LookupResolution,
     PaymentSnapshot, RecoveryStep, Resolution, choose_recovery_step, lookup_created_range,
-    resolve_lookup, resolve_snapshot,
+    resolve_confirmed, resolve_lookup, resolve_snapshot,
 };
-use crate::provider::{CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, ProviderError};
+use crate::provider::{ConfirmPayment, CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, ProviderError};
 use crate::store::{CallerTime, LeaseRequest, Leased, RoundResult};
 
 /// The provider's largest list page.
@@ -239,10 +239,16 @@ impl Orchestrator {
                 }
             }
             RecoveryStep::FindByMetadata { conclusive } => self.look_up(attempt, owner, *conclusive).await?,
+            RecoveryStep::RetrieveConfirmed { provider_payment_id, conclusive } => {
+                RoundObservation::of_call(self.read_confirmed(attempt, provider_payment_id, *conclusive).await)
+            }
         })
     }
 
     async fn send_create(&self, attempt: &Attempt) -> Result<Observation, ProviderError> {
+        if let Some(confirmed) = &attempt.confirms_payment_id {
+            return self.send_confirm(attempt, confirmed).await;
+        }
         let request = CreatePayment {
             attempt_id: attempt.id,
             consumer: &attempt.consumer,
@@ -258,6 +264,46 @@ impl Orchestrator {
             }
             CreateOutcome::Rejected { failure } => Observation::failed(failure, None),
         })
+    }
+
+    /// The create step of an attempt that pays an earlier attempt's intent (issue 16): confirm it
+    /// with this attempt's payment method and key. The intent is this attempt's object whatever
+    /// the answer, so a decline or refusal records it (the next attempt confirms it again).
+    async fn send_confirm(&self, attempt: &Attempt, confirmed: &str) -> Result<Observation, ProviderError> {
+        let request = ConfirmPayment {
+            provider_payment_id: confirmed,
+            payment_method: attempt.params.payment_method.as_str(),
+            idempotency_key: &attempt.idempotency_key,
+            return_url: attempt.return_url.as_deref(),
+        };
+        Ok(match self.provider.confirm_payment(request).await? {
+            CreateOutcome::Payment(snapshot) => Observation::of_snapshot(&snapshot, attempt),
+            CreateOutcome::Declined { failure, provider_payment_id } => {
+                Observation::failed(failure, Some(provider_payment_id.unwrap_or_else(|| confirmed.to_owned())))
+            }
+            // Not payable any more (already paid, or canceled): its state is unknown here, so
+            // the next attempt treats it as payable and the provider refuses it again.
+            CreateOutcome::Rejected { failure } => Observation {
+                provider_status: None,
+                ..Observation::failed(failure, Some(confirmed.to_owned()))
+            },
+        })
+    }
+
+    /// A confirm attempt whose key may no longer be sent: read the intent (`resolve_confirmed`).
+    async fn read_confirmed(&self, attempt: &Attempt, confirmed: &str, conclusive: bool) -> Result<Observation, ProviderError> {
+        let snapshot = self.provider.retrieve_payment(confirmed).await?;
+        match resolve_confirmed(&snapshot, &attempt.params, conclusive) {
+            Some(resolution) => Ok(Observation {
+                provider_payment_id: Some(snapshot.id.clone()),
+                provider_status: Some(snapshot.status.as_str().to_owned()),
+                resolution,
+            }),
+            None => Err(ProviderError::OutcomeUnknown(format!(
+                "intent {confirmed} still waits for a payment method and this attempt's key age is \
+                 unknown; the key is not sent again, and the attempt expires once its window is over"
+            ))),
+        }
     }
 
     /// Looks for the attempt's objects without its key: the provider's search first; when it
@@ -353,5 +399,6 @@ fn step_name(step: &RecoveryStep) -> &'static str {
         RecoveryStep::Retrieve { .. } => "retrieve",
         RecoveryStep::FindByMetadata { .. } => "find",
         RecoveryStep::Cancel { .. } => "cancel",
+        RecoveryStep::RetrieveConfirmed { .. } => "retrieve_confirmed",
     }
 }

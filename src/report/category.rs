@@ -163,6 +163,9 @@ fn classify_attempt(
             ),
         );
     }
+    if let Some(detail) = charged_across_attempts(attempt, &row.operation) {
+        return (Category::DoubleCharge, detail);
+    }
     let Some(object) = row.objects.first() else {
         return without_object(attempt, now, thresholds);
     };
@@ -215,6 +218,30 @@ fn classify_attempt(
         );
     }
     (Category::Matched, String::new())
+}
+
+/// A succeeded attempt whose operation was charged, or may still be charged, by another
+/// attempt: two succeeded attempts, or an object of an earlier attempt that is not canceled (a
+/// new intent was made beside one that holds money or can still be paid). A canceled earlier
+/// intent is the cancel-then-create flow of an amount change, and a re-confirmed intent belongs
+/// to the latest attempt that confirmed it: neither is a second charge.
+fn charged_across_attempts(attempt: &AttemptFacts, operation: &super::model::OperationFacts) -> Option<String> {
+    if attempt.status != AttemptStatus::Succeeded {
+        return None;
+    }
+    if operation.succeeded_attempts >= 2 {
+        return Some(format!(
+            "{} succeeded attempts for one operation ({})",
+            operation.succeeded_attempts, attempt.operation_key
+        ));
+    }
+    (operation.earlier_live_objects > 0).then(|| {
+        format!(
+            "the attempt succeeded while {} provider object(s) of earlier attempts of operation {} \
+             are not canceled",
+            operation.earlier_live_objects, attempt.operation_key
+        )
+    })
 }
 
 fn without_object(
@@ -287,7 +314,7 @@ fn expected_attempt_status(provider_status: &str) -> Option<AttemptStatus> {
 mod tests {
     use super::*;
     use crate::domain::AttemptId;
-    use crate::report::model::LinkedBy;
+    use crate::report::model::{LinkedBy, OperationFacts};
 
     fn now() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-12-02T12:00:00Z")
@@ -335,6 +362,7 @@ mod tests {
             attempt,
             objects,
             objects_total,
+            operation: OperationFacts::default(),
         };
         let classified = classify(row.clone(), now(), &THRESHOLDS);
         assert_eq!(
@@ -377,6 +405,7 @@ mod tests {
             attempt: Some(attempt(AttemptStatus::Pending, 5)),
             objects: vec![object("pi_1", "canceled")],
             objects_total: 3,
+            operation: OperationFacts::default(),
         };
         let classified = classify(row, now(), &THRESHOLDS);
         assert_eq!(classified.category, Category::DoubleCharge);
@@ -385,6 +414,26 @@ mod tests {
             "{}",
             classified.detail
         );
+    }
+
+    #[test]
+    fn attempts_of_one_operation_charged_twice_are_a_double_charge() {
+        let row = |status, operation| JoinedRow {
+            seq: 1,
+            attempt: Some(attempt(status, 5)),
+            objects: vec![object("pi_2", "succeeded")],
+            objects_total: 1,
+            operation,
+        };
+        let classify_row = |status, operation| classify(row(status, operation), now(), &THRESHOLDS).category;
+        let two_succeeded = OperationFacts { succeeded_attempts: 2, earlier_live_objects: 0 };
+        assert_eq!(classify_row(AttemptStatus::Succeeded, two_succeeded), Category::DoubleCharge);
+        let earlier_object = OperationFacts { succeeded_attempts: 1, earlier_live_objects: 1 };
+        let classified = classify(row(AttemptStatus::Succeeded, earlier_object), now(), &THRESHOLDS);
+        assert_eq!(classified.category, Category::DoubleCharge);
+        assert!(classified.detail.contains("earlier attempts"), "{}", classified.detail);
+        let alone = OperationFacts { succeeded_attempts: 1, earlier_live_objects: 0 };
+        assert_eq!(classify_row(AttemptStatus::Succeeded, alone), Category::Matched);
     }
 
     #[test]
@@ -499,6 +548,7 @@ mod tests {
             attempt: Some(attempt(AttemptStatus::Failed, 5)),
             objects: vec![object("pi_1", status)],
             objects_total: 1,
+            operation: OperationFacts::default(),
         };
         let paid = classify(row("succeeded"), now(), &THRESHOLDS);
         assert_eq!(paid.category, Category::StatusMismatch);
@@ -516,6 +566,7 @@ mod tests {
                 attempt: Some(attempt(AttemptStatus::Succeeded, 5)),
                 objects: vec![object("pi_1", "canceled")],
                 objects_total: 1,
+                operation: OperationFacts::default(),
             },
             now(),
             &THRESHOLDS,

@@ -32,6 +32,9 @@ pub enum LinkedBy {
     Metadata,
     /// The attempt recorded the object's id (the metadata named no attempt we have).
     ProviderPaymentId,
+    /// A later attempt of the operation confirmed the object again (issue 16): the object's
+    /// metadata names the attempt that created it, its news is the latest confirming attempt's.
+    ConfirmsPaymentId,
 }
 
 impl LinkedBy {
@@ -39,6 +42,7 @@ impl LinkedBy {
         match self {
             LinkedBy::Metadata => "metadata",
             LinkedBy::ProviderPaymentId => "provider_payment_id",
+            LinkedBy::ConfirmsPaymentId => "confirms_payment_id",
         }
     }
 }
@@ -86,6 +90,19 @@ pub struct JoinedRow {
     pub objects: Vec<ProviderObject>,
     /// Every object joined to the row, listed or not.
     pub objects_total: u32,
+    /// The attempt's operation across its attempts (issue 16); zero for orphans.
+    pub operation: OperationFacts,
+}
+
+/// What the other attempts of a succeeded attempt's operation hold: attempts of one operation
+/// are one business operation, charged at most once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OperationFacts {
+    /// Succeeded charge attempts of the operation, this one included.
+    pub succeeded_attempts: u32,
+    /// Provider objects the run saw for earlier attempts of the operation that are not
+    /// canceled (and so hold money or may still be paid), other than this attempt's own.
+    pub earlier_live_objects: u32,
 }
 
 /// A classified row: what every output format writes.

@@ -20,8 +20,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::domain::{
-    Attempt, AttemptId, AttemptStatus, ChargeParams, ConsumerName, Failure, Fingerprint,
-    IdempotencyKey, LeaseOwner, ListProgress, NextAction, OperationKey,
+    Admission, Attempt, AttemptId, AttemptKind, AttemptNumber, AttemptStatus, ChargeParams, ConsumerName, Failure, Fingerprint,
+    IdempotencyKey, LeaseOwner, ListProgress, NextAction, OperationKey, admit,
 };
 
 pub use inbox::InboxStore;
@@ -103,8 +103,57 @@ pub struct Leased {
 pub enum InsertOutcome {
     /// The row as written; its `updated_at` is the database's reading at the write.
     Inserted(Attempt),
-    /// Another call already recorded this operation; its row, untouched.
+    /// Another call already recorded this attempt of the operation; its row, untouched.
     Existing(Attempt),
+    /// Refused, nothing written: the operation's latest attempt is not decided yet.
+    PreviousInProgress { attempt_id: AttemptId },
+    /// Refused, nothing written: an earlier attempt of the operation succeeded (or the provider
+    /// reported money moved for it).
+    AlreadySucceeded { attempt_id: AttemptId },
+    /// Refused, nothing written: the attempt does not follow the operation's latest one.
+    OutOfOrder { latest_attempt: Option<u32> },
+    /// Nothing written: the latest attempt's intent is still payable and the new attempt
+    /// changes what a confirm cannot; cancel it, record that, and insert again.
+    CancelPrevious { attempt_id: AttemptId, provider_payment_id: String },
+}
+
+impl InsertOutcome {
+    /// The outcome of an attempt the rule did not let in; `Insert` is the caller's to handle.
+    fn refused(admission: Admission) -> Option<Self> {
+        Some(match admission {
+            Admission::Insert { .. } => return None,
+            Admission::PreviousInProgress { attempt_id } => Self::PreviousInProgress { attempt_id },
+            Admission::AlreadySucceeded { attempt_id } => Self::AlreadySucceeded { attempt_id },
+            Admission::OutOfOrder { latest_attempt } => Self::OutOfOrder { latest_attempt },
+            Admission::CancelPrevious { attempt_id, provider_payment_id } => {
+                Self::CancelPrevious { attempt_id, provider_payment_id }
+            }
+        })
+    }
+}
+
+/// Which attempt of the operation `new` is.
+fn requested_attempt(new: &NewAttempt) -> Result<AttemptNumber, StoreError> {
+    AttemptNumber::parse(Some(new.generation + 1))
+        .map_err(|error| StoreError::Corrupt(format!("generation {} of a new attempt: {error}", new.generation)))
+}
+
+/// What an inserting statement that wrote nothing returned: the attempt itself (`Existing`), or
+/// the earlier attempt it judged the new one against, classified by the same rule
+/// (`domain::admit`). A rule that lets in what the statement refused is a drift between the
+/// SQL and the domain: reported, never guessed around.
+fn classify_returned(new: &NewAttempt, returned: Attempt) -> Result<InsertOutcome, StoreError> {
+    if returned.generation == new.generation {
+        return Ok(InsertOutcome::Existing(returned));
+    }
+    let id = returned.id;
+    InsertOutcome::refused(admit(Some(&returned), requested_attempt(new)?, &new.params)).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "the inserting statement refused attempt {} of {:?} after attempt {id}, which the rule admits",
+            new.generation + 1,
+            new.operation_key.as_str()
+        ))
+    })
 }
 
 /// How a lease is asked for.
@@ -118,16 +167,18 @@ pub struct LeaseRequest {
     pub time: CallerTime,
 }
 
-/// After an insert that did nothing: the row that won. The conflict was on the operation (or,
-/// impossibly, on the derived key, which is a function of the operation).
+/// After an insert that did nothing: the row that won. The conflict was on the operation's
+/// attempt (or, impossibly, on the derived key, which is a function of the operation and the
+/// generation).
 async fn conflict_winner(
     store: &(impl AttemptStore + ?Sized),
     new: &NewAttempt,
 ) -> Result<InsertOutcome, StoreError> {
     match store.find_by_operation(&new.consumer, &new.operation_key).await? {
-        Some(existing) => Ok(InsertOutcome::Existing(existing)),
-        None => Err(StoreError::Corrupt(format!(
-            "insert of operation {:?} conflicted but no row holds it",
+        Some(existing) if existing.generation == new.generation => Ok(InsertOutcome::Existing(existing)),
+        _ => Err(StoreError::Corrupt(format!(
+            "insert of attempt {} of operation {:?} conflicted but no row holds it",
+            new.generation + 1,
             new.operation_key.as_str()
         ))),
     }
@@ -184,6 +235,9 @@ impl RoundResult {
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub status: Option<AttemptStatus>,
+    /// Every attempt of this operation.
+    pub operation_key: Option<OperationKey>,
+    pub kind: Option<AttemptKind>,
     pub created_from: Option<DateTime<Utc>>,
     pub created_to: Option<DateTime<Utc>>,
 }
@@ -197,7 +251,9 @@ pub struct ListCursor {
 
 #[async_trait]
 pub trait AttemptStore: Send + Sync + 'static {
-    /// Inserts the pending row unless the operation exists (`ON CONFLICT DO NOTHING`).
+    /// Inserts the pending row of attempt `new.generation + 1` unless it exists (`ON CONFLICT DO
+    /// NOTHING`) and the rule of `domain::admit` lets it in, the check and the insert in one
+    /// statement (PostgreSQL) or one short transaction (SQLite).
     async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError>;
 
     /// Inserts a pending refund unless its operation exists, in one statement that finds the
@@ -217,6 +273,22 @@ pub trait AttemptStore: Send + Sync + 'static {
         consumer: &ConsumerName,
         operation_key: &OperationKey,
     ) -> Result<Option<Attempt>, StoreError>;
+
+    /// How many attempts (of any kind) the operation has.
+    async fn count_operation_attempts(
+        &self,
+        consumer: &ConsumerName,
+        operation_key: &OperationKey,
+    ) -> Result<u32, StoreError>;
+
+    /// Records that the provider canceled a failed attempt's intent (so that the operation's
+    /// next attempt creates a new one); `false` when the row is not that failed attempt.
+    async fn record_payment_canceled(
+        &self,
+        id: AttemptId,
+        provider_payment_id: &str,
+        time: CallerTime,
+    ) -> Result<bool, StoreError>;
 
     /// `consumer` scopes the read to one caller; `None` is for internal readers (recovery).
     async fn find_by_id(

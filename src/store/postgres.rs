@@ -10,10 +10,10 @@ use uuid::Uuid;
 use super::row::{AttemptColumns, ColumnError, attempt_from_row, encode_progress, optional_attempt};
 use super::{
     AttemptStore, CallerTime, InsertOutcome, LeaseRequest, Leased, ListCursor, ListFilter,
-    NewAttempt, RoundResult, StoreError, conflict_winner, micros_of,
+    NewAttempt, RoundResult, StoreError, classify_returned, conflict_winner, micros_of,
 };
 use crate::domain::{
-    Attempt, AttemptId, AttemptStatus, ConsumerName, CustomerId, Description, LeaseOwner,
+    Attempt, AttemptId, AttemptKind, AttemptStatus, ConsumerName, CustomerId, Description, LeaseOwner,
     ListProgress, OperationKey,
 };
 
@@ -114,8 +114,9 @@ impl AttemptStore for PostgresStore {
     async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
         let metadata = serde_json::to_value(new.params.metadata.entries())
             .map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        // One round trip for both outcomes (migrations 20261202000005, 20261203000001): the row
-        // that holds the operation, or else the new pending row. A duplicate, the common
+        // One round trip for every outcome (migrations 20261202000005, 20261203000001,
+        // 20261204000002): the row that holds the attempt, or the earlier attempt that refuses
+        // it, or else the new pending row. A duplicate, the common
         // repeated call, costs one indexed read; the insert is not even started when the row is
         // there. The function reads the database's clock for the key window, lease and check.
         let row = sqlx::query(
@@ -148,7 +149,14 @@ impl AttemptStore for PostgresStore {
         if let Some(row) = row {
             let attempt = attempt_from_row(&row)?;
             // Only the row this call proposed carries its new id.
-            return Ok(if attempt.id == new.id { InsertOutcome::Inserted(attempt) } else { InsertOutcome::Existing(attempt) });
+            if attempt.id == new.id {
+                return Ok(InsertOutcome::Inserted(attempt));
+            }
+            return classify_returned(new, attempt);
+        }
+        if new.generation > 0 {
+            // A later attempt with no earlier charge attempt of its operation.
+            return Ok(InsertOutcome::OutOfOrder { latest_attempt: None });
         }
         // Nothing: the function re-reads after a conflict, so only a conflict on the derived
         // key with another operation's row (impossible: the key is a function of the operation)
@@ -183,6 +191,42 @@ impl AttemptStore for PostgresStore {
             .await
             .map_err(unavailable)
             .and_then(optional_attempt)
+    }
+
+    async fn count_operation_attempts(
+        &self,
+        consumer: &ConsumerName,
+        operation_key: &OperationKey,
+    ) -> Result<u32, StoreError> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM payment_attempts WHERE consumer = $1 AND operation_key = $2",
+        )
+        .bind(consumer.as_str())
+        .bind(operation_key.as_str())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("{count} attempts of one operation")))
+    }
+
+    async fn record_payment_canceled(
+        &self,
+        id: AttemptId,
+        provider_payment_id: &str,
+        time: CallerTime,
+    ) -> Result<bool, StoreError> {
+        let updated = sqlx::query(
+            "UPDATE payment_attempts
+             SET provider_status = 'canceled', updated_at = now() + $3 * interval '1 microsecond'
+             WHERE id = $1 AND status = 'failed' AND provider_payment_id = $2",
+        )
+        .bind(id.as_uuid())
+        .bind(provider_payment_id)
+        .bind(time.shift_micros())
+        .execute(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(updated.rows_affected() == 1)
     }
 
     async fn find_by_id(
@@ -353,6 +397,8 @@ impl AttemptStore for PostgresStore {
                AND ($3::timestamptz IS NULL OR created_at >= $3)
                AND ($4::timestamptz IS NULL OR created_at < $4)
                AND ($5::timestamptz IS NULL OR (created_at, id) < ($5, $6))
+               AND ($8::text IS NULL OR operation_key = $8)
+               AND ($9::text IS NULL OR kind = $9)
              ORDER BY created_at DESC, id DESC
              LIMIT $7",
         )
@@ -363,6 +409,8 @@ impl AttemptStore for PostgresStore {
         .bind(after.map(|cursor| cursor.created_at))
         .bind(after.map(|cursor| cursor.id.as_uuid()))
         .bind(i64::from(limit))
+        .bind(filter.operation_key.as_ref().map(OperationKey::as_str))
+        .bind(filter.kind.map(AttemptKind::as_str))
         .fetch_all(&self.pool)
         .await
         .map_err(unavailable)?;

@@ -87,9 +87,15 @@ impl InboxStore for PostgresStore {
         provider_payment_id: &str,
         attempt_id: Option<AttemptId>,
     ) -> Result<Option<Attempt>, StoreError> {
+        // The attempt that last sent the object: an intent re-confirmed by later attempts of its
+        // operation (issue 16) is named by each of them (provider_payment_id once answered,
+        // confirms_payment_id from the start), and its news is the latest one's; an earlier
+        // attempt keeps its decline. A canceled intent is named by no later attempt (the next
+        // one creates its own), so its events never move one.
         let by_object = sqlx::query(
-            "SELECT * FROM payment_attempts WHERE provider_payment_id = $1
-             ORDER BY created_at LIMIT 1",
+            "SELECT * FROM payment_attempts
+             WHERE kind = 'charge' AND (provider_payment_id = $1 OR confirms_payment_id = $1)
+             ORDER BY generation DESC, created_at DESC LIMIT 1",
         )
         .bind(provider_payment_id)
         .fetch_optional(self.pool())

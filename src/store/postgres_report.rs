@@ -12,7 +12,7 @@ use super::StoreError;
 use super::postgres::PostgresStore;
 use super::report::{ReportStore, RunId, StagedPayment};
 use crate::domain::{AttemptId, AttemptStatus, RefundSnapshot};
-use crate::report::{AttemptFacts, JoinedRow, ProviderObject, ReportPeriod};
+use crate::report::{AttemptFacts, JoinedRow, OperationFacts, ProviderObject, ReportPeriod};
 
 fn unavailable(error: sqlx::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
@@ -97,14 +97,18 @@ impl ReportStore for PostgresStore {
             .iter()
             .map(|staged| staged.payment.created)
             .collect();
-        // The metadata's claim wins when that attempt exists; else the attempt that recorded
-        // the object's id (the metadata may name an attempt of another database).
+        // An intent re-confirmed by later attempts of its operation (issue 16) belongs to the
+        // latest of them (its metadata names the attempt that created it, which keeps its
+        // decline). Otherwise the metadata's claim wins when that attempt exists; else the
+        // attempt that recorded the object's id (the metadata may name an attempt of another
+        // database).
         sqlx::query(
             "INSERT INTO report_provider_payments (
                 run_id, provider_payment_id, attempt_id, linked_by, status, amount_minor,
                 amount_received_minor, currency, created_at)
-             SELECT $1, staged.id, COALESCE(by_metadata.id, by_provider_id.id),
-                    CASE WHEN by_metadata.id IS NOT NULL THEN 'metadata'
+             SELECT $1, staged.id, COALESCE(by_confirm.id, by_metadata.id, by_provider_id.id),
+                    CASE WHEN by_confirm.id IS NOT NULL THEN 'confirms_payment_id'
+                         WHEN by_metadata.id IS NOT NULL THEN 'metadata'
                          WHEN by_provider_id.id IS NOT NULL THEN 'provider_payment_id' END,
                     staged.status, staged.amount, staged.received, staged.currency, staged.created
              FROM UNNEST($2::text[], $3::uuid[], $4::text[], $5::bigint[], $6::bigint[], $7::text[],
@@ -117,6 +121,12 @@ impl ReportStore for PostgresStore {
                  ORDER BY attempt.created_at, attempt.id
                  LIMIT 1
              ) by_provider_id ON by_metadata.id IS NULL
+             LEFT JOIN LATERAL (
+                 SELECT attempt.id FROM payment_attempts attempt
+                 WHERE attempt.confirms_payment_id = staged.id AND attempt.kind = 'charge'
+                 ORDER BY attempt.generation DESC
+                 LIMIT 1
+             ) by_confirm ON true
              ON CONFLICT (run_id, provider_payment_id) DO NOTHING",
         )
         .bind(run.as_uuid())
@@ -218,23 +228,45 @@ impl ReportStore for PostgresStore {
                         attempt.provider_payment_id, attempt.failure_code, attempt.review_reason,
                         attempt.created_at AS attempt_created_at,
                         COALESCE(claimed.listed, '[]'::jsonb) AS objects,
-                        COALESCE(claimed.objects_total, 0) AS objects_total
+                        COALESCE(claimed.objects_total, 0) AS objects_total,
+                        COALESCE(operation.succeeded_attempts, 0) AS operation_succeeded_attempts,
+                        COALESCE(operation.earlier_live_objects, 0) AS operation_earlier_live_objects
                  FROM payment_attempts attempt
                  LEFT JOIN claimed ON claimed.attempt_id = attempt.id
+                 -- Attempts of one operation are one business operation (issue 16): only a
+                 -- later succeeded attempt has others to compare with (index lookups).
+                 LEFT JOIN LATERAL (
+                     SELECT count(DISTINCT other.id) FILTER (WHERE other.status = 'succeeded')
+                                AS succeeded_attempts,
+                            count(payment.provider_payment_id) FILTER (
+                                WHERE other.generation < attempt.generation
+                                  AND payment.status <> 'canceled'
+                                  AND payment.provider_payment_id
+                                      IS DISTINCT FROM attempt.provider_payment_id)
+                                AS earlier_live_objects
+                     FROM payment_attempts other
+                     LEFT JOIN report_provider_payments payment
+                         ON payment.run_id = $1 AND payment.attempt_id = other.id
+                     WHERE attempt.status = 'succeeded' AND attempt.generation > 0
+                       AND other.consumer = attempt.consumer
+                       AND other.operation_key = attempt.operation_key AND other.kind = 'charge'
+                 ) operation ON true
                  WHERE attempt.kind = 'charge' AND attempt.created_at >= $2 AND attempt.created_at < $3
                  UNION ALL
                  SELECT created_at, provider_payment_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                        NULL, NULL, NULL, jsonb_build_array(listed), 1
+                        NULL, NULL, NULL, jsonb_build_array(listed), 1, 0, 0
                  FROM objects
                  WHERE attempt_id IS NULL AND created_at >= $2 AND created_at < $3
              )
              INSERT INTO report_rows (
                  run_id, seq, attempt_id, consumer, operation_key, attempt_status, amount_minor,
                  currency, provider_payment_id, failure_code, review_reason, attempt_created_at,
-                 objects, objects_total)
+                 objects, objects_total, operation_succeeded_attempts,
+                 operation_earlier_live_objects)
              SELECT $1, row_number() OVER (ORDER BY sort_at, sort_key), attempt_id, consumer,
                     operation_key, attempt_status, amount_minor, currency, provider_payment_id,
-                    failure_code, review_reason, attempt_created_at, objects, objects_total
+                    failure_code, review_reason, attempt_created_at, objects, objects_total,
+                    operation_succeeded_attempts, operation_earlier_live_objects
              FROM rows",
         )
         .bind(run.as_uuid())
@@ -313,10 +345,18 @@ fn joined_row(row: &PgRow) -> Result<JoinedRow, StoreError> {
             })
         })
         .transpose()?;
+    let count = |column: &str| -> Result<u32, StoreError> {
+        let value: i32 = row.try_get(column).map_err(|e| corrupt(e.to_string()))?;
+        u32::try_from(value).map_err(|e| corrupt(e.to_string()))
+    };
     Ok(JoinedRow {
         seq,
         attempt,
         objects,
         objects_total: u32::try_from(objects_total).map_err(|e| corrupt(e.to_string()))?,
+        operation: OperationFacts {
+            succeeded_attempts: count("operation_succeeded_attempts")?,
+            earlier_live_objects: count("operation_earlier_live_objects")?,
+        },
     })
 }

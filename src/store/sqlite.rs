@@ -23,10 +23,10 @@ use uuid::Uuid;
 use super::row::{AttemptColumns, ColumnError, attempt_from_row, encode_progress, optional_attempt};
 use super::{
     AttemptStore, CallerTime, InsertOutcome, LeaseRequest, Leased, ListCursor, ListFilter,
-    NewAttempt, RoundResult, StoreError, conflict_winner, micros_of,
+    NewAttempt, RoundResult, StoreError, conflict_winner, micros_of, requested_attempt,
 };
 use crate::domain::{
-    Attempt, AttemptId, AttemptStatus, ConsumerName, CustomerId, Description, LeaseOwner,
+    Admission, Attempt, AttemptId, AttemptKind, AttemptStatus, admit, ConsumerName, CustomerId, Description, LeaseOwner,
     ListProgress, OperationKey,
 };
 
@@ -166,27 +166,51 @@ fn status_list(statuses: &[AttemptStatus]) -> String {
     serde_json::to_string(&names).expect("a list of strings serializes")
 }
 
-#[async_trait]
-impl AttemptStore for SqliteStore {
-    async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
-        let metadata = serde_json::to_string(new.params.metadata.entries())
-            .map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        // ?14 is the caller's clock, ?15 the shift of the database's; the SELECT's WHERE is
-        // needed by SQLite's parser before an upsert clause.
-        let inserted = sqlx::query(&format!(
-            "WITH clock AS (SELECT {DATABASE_NOW_15} AS database_now)
-             INSERT INTO payment_attempts (
-                id, consumer, operation_key, kind, amount_minor, currency, payment_method,
-                customer, description, metadata, fingerprint, status, provider, idempotency_key,
-                generation, key_window_started_at, create_sent_until, return_url, lease_owner,
-                lease_expires_at, next_check_at, created_at, updated_at)
-             SELECT ?1, ?2, ?3, 'charge', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13,
-                    min(?14, database_now), database_now + ?17, ?19, ?16, database_now + ?17,
-                    database_now + ?18, database_now, database_now
-             FROM clock WHERE true
-             ON CONFLICT DO NOTHING
-             RETURNING *"
-        ))
+/// The pending row's insert. ?14 is the caller's clock, ?15 the shift of the database's, ?20 the
+/// earlier attempt's intent this one confirms again; the SELECT's WHERE is needed by SQLite's
+/// parser before an upsert clause.
+fn insert_statement() -> String {
+    format!(
+        "WITH clock AS (SELECT {DATABASE_NOW_15} AS database_now)
+         INSERT INTO payment_attempts (
+            id, consumer, operation_key, kind, amount_minor, currency, payment_method,
+            customer, description, metadata, fingerprint, status, provider, idempotency_key,
+            generation, key_window_started_at, create_sent_until, return_url, lease_owner,
+            lease_expires_at, next_check_at, created_at, updated_at, confirms_payment_id)
+         SELECT ?1, ?2, ?3, 'charge', ?4, ?5, ?6, ?7, ?8, ?9, ?10, 'pending', ?11, ?12, ?13,
+                min(?14, database_now), database_now + ?17, ?19, ?16, database_now + ?17,
+                database_now + ?18, database_now, database_now, ?20
+         FROM clock WHERE true
+         ON CONFLICT DO NOTHING
+         RETURNING *"
+    )
+}
+
+/// The row of `new`'s attempt of its operation, if written.
+async fn find_attempt<'e>(
+    executor: impl sqlx::SqliteExecutor<'e>,
+    new: &NewAttempt,
+) -> Result<Option<Attempt>, StoreError> {
+    sqlx::query(
+        "SELECT * FROM payment_attempts
+         WHERE consumer = ?1 AND operation_key = ?2 AND generation = ?3",
+    )
+    .bind(new.consumer.as_str())
+    .bind(new.operation_key.as_str())
+    .bind(i64::from(new.generation))
+    .fetch_optional(executor)
+    .await
+    .map_err(unavailable)
+    .and_then(optional_attempt)
+}
+
+fn bind_insert<'q>(
+    sql: &'q str,
+    new: &'q NewAttempt,
+    metadata: String,
+    confirms_payment_id: Option<&'q str>,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    sqlx::query(sql)
         .bind(new.id.as_uuid())
         .bind(new.consumer.as_str())
         .bind(new.operation_key.as_str())
@@ -206,12 +230,71 @@ impl AttemptStore for SqliteStore {
         .bind(micros_of(new.lease_duration))
         .bind(micros_of(new.recovery_grace))
         .bind(new.return_url.as_deref())
-        .fetch_optional(&self.pool)
+        .bind(confirms_payment_id)
+}
+
+#[async_trait]
+impl AttemptStore for SqliteStore {
+    async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
+        let metadata = serde_json::to_string(new.params.metadata.entries())
+            .map_err(|error| StoreError::Corrupt(error.to_string()))?;
+        let sql = insert_statement();
+        if new.generation == 0 {
+            // A first attempt needs nothing before it: one statement, as before attempt numbers.
+            let inserted = bind_insert(&sql, new, metadata, None)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            if let Some(row) = inserted {
+                return Ok(InsertOutcome::Inserted(attempt_from_row(&row)?));
+            }
+            // The conflict's winner: this attempt of the operation (later ones may exist).
+            return match find_attempt(&self.pool, new).await? {
+                Some(existing) => Ok(InsertOutcome::Existing(existing)),
+                None => conflict_winner(self, new).await,
+            };
+        }
+        // A later attempt: the rule's reads and the insert in one short transaction. BEGIN
+        // IMMEDIATE takes the database's one write lock before the first read, so no other
+        // writer (another attempt's insert, a round's finish, a cancel being recorded) can
+        // change what the rule read before this transaction commits: PostgreSQL's FOR UPDATE
+        // of the earlier attempt, for a database with one writer.
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(unavailable)?;
+        if let Some(existing) = find_attempt(&mut *transaction, new).await? {
+            return Ok(InsertOutcome::Existing(existing));
+        }
+        let latest = sqlx::query(
+            "SELECT * FROM payment_attempts
+             WHERE consumer = ?1 AND operation_key = ?2 AND kind = 'charge' AND generation < ?3
+             ORDER BY generation DESC LIMIT 1",
+        )
+        .bind(new.consumer.as_str())
+        .bind(new.operation_key.as_str())
+        .bind(i64::from(new.generation))
+        .fetch_optional(&mut *transaction)
         .await
-        .map_err(unavailable)?;
+        .map_err(unavailable)?
+        .map(|row| attempt_from_row(&row))
+        .transpose()?;
+        let admission = admit(latest.as_ref(), requested_attempt(new)?, &new.params);
+        let confirms_payment_id = match admission {
+            Admission::Insert { confirms_payment_id } => confirms_payment_id,
+            // Dropping the transaction rolls it back: nothing was written.
+            refused => return Ok(InsertOutcome::refused(refused).expect("not an insert")),
+        };
+        let inserted = bind_insert(&sql, new, metadata, confirms_payment_id.as_deref())
+            .fetch_optional(&mut *transaction)
+            .await
+            .map_err(unavailable)?;
+        transaction.commit().await.map_err(unavailable)?;
         match inserted {
             Some(row) => Ok(InsertOutcome::Inserted(attempt_from_row(&row)?)),
-            None => conflict_winner(self, new).await,
+            // Under the write lock nobody inserted this attempt after the read above.
+            None => Err(StoreError::Corrupt(format!(
+                "attempt {} of {:?} conflicted under the write lock",
+                new.generation + 1,
+                new.operation_key.as_str()
+            ))),
         }
     }
 
@@ -227,6 +310,41 @@ impl AttemptStore for SqliteStore {
         charge_ids: &[AttemptId],
     ) -> Result<std::collections::HashMap<AttemptId, super::RefundTotals>, StoreError> {
         self.refund_totals_statement(charge_ids).await
+    }
+
+    async fn count_operation_attempts(
+        &self,
+        consumer: &ConsumerName,
+        operation_key: &OperationKey,
+    ) -> Result<u32, StoreError> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM payment_attempts WHERE consumer = ?1 AND operation_key = ?2",
+        )
+        .bind(consumer.as_str())
+        .bind(operation_key.as_str())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("{count} attempts of one operation")))
+    }
+
+    async fn record_payment_canceled(
+        &self,
+        id: AttemptId,
+        provider_payment_id: &str,
+        time: CallerTime,
+    ) -> Result<bool, StoreError> {
+        let updated = sqlx::query(&format!(
+            "UPDATE payment_attempts SET provider_status = 'canceled', updated_at = {DATABASE_NOW_3}
+             WHERE id = ?1 AND status = 'failed' AND provider_payment_id = ?2"
+        ))
+        .bind(id.as_uuid())
+        .bind(provider_payment_id)
+        .bind(time.shift_micros())
+        .execute(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        Ok(updated.rows_affected() == 1)
     }
 
     async fn find_by_operation(
@@ -416,6 +534,8 @@ impl AttemptStore for SqliteStore {
                AND (?3 IS NULL OR created_at >= ?3)
                AND (?4 IS NULL OR created_at < ?4)
                AND (?5 IS NULL OR (created_at, id) < (?5, ?6))
+               AND (?8 IS NULL OR operation_key = ?8)
+               AND (?9 IS NULL OR kind = ?9)
              ORDER BY created_at DESC, id DESC
              LIMIT ?7",
         )
@@ -426,6 +546,8 @@ impl AttemptStore for SqliteStore {
         .bind(after.map(|cursor| micros(cursor.created_at)))
         .bind(after.map(|cursor| cursor.id.as_uuid()))
         .bind(i64::from(limit))
+        .bind(filter.operation_key.as_ref().map(OperationKey::as_str))
+        .bind(filter.kind.map(AttemptKind::as_str))
         .fetch_all(&self.pool)
         .await
         .map_err(unavailable)?;

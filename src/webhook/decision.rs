@@ -64,6 +64,16 @@ pub fn for_payment(
             ),
         };
     }
+    if awaits_own_confirm(attempt, snapshot) {
+        return Settlement::Record {
+            outcome: InboxOutcome::Stale,
+            detail: Some(format!(
+                "provider object {} waits for a payment method: an earlier attempt's decline, or this \
+                 attempt's own, which its round records; attempt {} confirms it again and is not moved",
+                snapshot.id, attempt.id
+            )),
+        };
+    }
     let resolution = resolve_snapshot(snapshot, &attempt.params);
     Settlement::Apply(PaymentUpdate {
         attempt_id: attempt.id,
@@ -77,6 +87,17 @@ pub fn for_payment(
         // failed, in the same transaction that refuses the move.
         review_reason_if_failed: succeeded_after_failure_reason(snapshot),
     })
+}
+
+/// An attempt that confirms an earlier attempt's intent again (issue 16) and has no answer
+/// recorded yet, shown that intent waiting for a payment method: the event is older news (the
+/// earlier attempt's decline arriving late) or this attempt's own decline, which its round
+/// records from the confirm's answer or a read of the intent. Either way the event cannot show
+/// that *this* attempt failed, so it must not move it.
+fn awaits_own_confirm(attempt: &Attempt, snapshot: &PaymentSnapshot) -> bool {
+    attempt.provider_payment_id.is_none()
+        && attempt.confirms_payment_id.as_deref() == Some(snapshot.id.as_str())
+        && snapshot.status == ProviderPaymentStatus::RequiresPaymentMethod
 }
 
 #[cfg(test)]
@@ -107,6 +128,24 @@ mod tests {
             last_error: None,
             next_action: None,
         }
+    }
+
+    #[test]
+    fn a_reconfirmed_intent_moves_its_confirming_attempt_but_an_old_decline_does_not() {
+        let mut confirming = attempt(None);
+        confirming.generation = 1;
+        confirming.confirms_payment_id = Some("pi_1".into());
+        let declined = for_payment("evt_1", &snapshot("pi_1", ProviderPaymentStatus::RequiresPaymentMethod, 1000), Some(&confirming));
+        assert!(matches!(declined, Settlement::Record { outcome: InboxOutcome::Stale, .. }), "{declined:?}");
+        let Settlement::Apply(update) =
+            for_payment("evt_2", &snapshot("pi_1", ProviderPaymentStatus::Succeeded, 1000), Some(&confirming))
+        else {
+            panic!("a success of the confirmed intent is the confirming attempt's")
+        };
+        assert_eq!(update.status, AttemptStatus::Succeeded);
+        assert_eq!(update.attempt_id, confirming.id);
+        let other = for_payment("evt_3", &snapshot("pi_9", ProviderPaymentStatus::RequiresPaymentMethod, 1000), Some(&confirming));
+        assert!(matches!(other, Settlement::Apply(_)), "only the confirmed intent's own news is held back");
     }
 
     #[test]

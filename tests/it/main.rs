@@ -4,6 +4,7 @@
 
 mod support;
 
+mod attempt_numbers;
 mod bench;
 mod charge;
 mod embedded;

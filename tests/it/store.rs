@@ -112,6 +112,7 @@ async fn the_first_insert_wins_and_the_row_reads_back_as_written(backend: Backen
             assert_eq!(existing, inserted, "the winner, untouched")
         }
         InsertOutcome::Inserted(attempt) => panic!("a second row {} for one operation", attempt.id),
+        refused => panic!("a repeated first attempt is the existing row, not {refused:?}"),
     }
     assert_eq!(
         store.find_by_id(None, new.id).await.unwrap().unwrap(),
@@ -423,6 +424,7 @@ async fn lists_are_newest_first_with_ties_broken_by_id(backend: Backend) {
         status: Some(AttemptStatus::Pending),
         created_from: Some(from),
         created_to: Some(to),
+        ..ListFilter::default()
     };
     let in_window = store.list(&consumer, &window, None, 100).await.unwrap();
     let in_window: Vec<AttemptId> = in_window.iter().map(|attempt| attempt.id).collect();

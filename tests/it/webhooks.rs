@@ -1201,3 +1201,6 @@ async fn attempt_record(hooked: &Hooked, attempt_id: &str) -> chargeguard::domai
     let id = chargeguard::domain::AttemptId::from_uuid(attempt_id.parse().unwrap());
     hooked.store.find_attempt_for_payment("pi_none", Some(id)).await.unwrap().unwrap()
 }
+
+/// Webhooks for intents that later attempts of their operation confirmed again (issue 16).
+mod reconfirmed;

@@ -56,6 +56,14 @@ impl Orchestrator {
                 let payment_id = self.refunded_payment_id(attempt).await?;
                 self.look_up_refund(attempt, &payment_id, owner, *conclusive).await?
             }
+            // Only a charge attempt confirms an earlier attempt's intent again; a refund row never
+            // carries `confirms_payment_id`.
+            RecoveryStep::RetrieveConfirmed { .. } => {
+                return Err(OrchestratorError::Store(StoreError::Corrupt(format!(
+                    "refund {} names a payment it confirms",
+                    attempt.id
+                ))));
+            }
         })
     }
 

@@ -299,3 +299,40 @@ async fn refund_through_the_cli_then_get_and_list_show_it() {
     let neither = cli(&app, ORDERS_TOKEN, &["refund", "--operation", "order-cli:refund-3"]).await;
     assert_eq!(neither.status.code(), Some(2), "one of --charge-operation and --charge-attempt is required");
 }
+
+#[tokio::test]
+async fn a_second_attempt_through_the_cli_and_the_attempts_of_an_operation() {
+    let app = TestApp::spawn().await;
+    let charge = |payment_method: &'static str, attempt: &'static str| {
+        [
+            "charge", "--operation", "order-cli-again", "--amount", "900", "--currency", "usd",
+            "--payment-method", payment_method, "--attempt", attempt, "--json",
+        ]
+    };
+    let first = json(&cli(&app, ORDERS_TOKEN, &charge("pm_card_chargeDeclined", "1")).await);
+    assert_eq!(first["attempt"]["status"], "failed");
+    assert_eq!(first["attempt"]["attempt_number"], 1);
+    let second = json(&cli(&app, ORDERS_TOKEN, &charge("pm_card_visa", "2")).await);
+    assert_eq!(second["attempt"]["status"], "succeeded");
+    assert_eq!(second["attempt"]["attempt_number"], 2);
+    let refused = cli(&app, ORDERS_TOKEN, &charge("pm_card_visa", "3")).await;
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("operation_already_succeeded"), "{}", stderr(&refused));
+
+    let listed = cli(&app, ORDERS_TOKEN, &["attempt", "list", "--operation", "order-cli-again"]).await;
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let table = stdout(&listed);
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().contains("ATTEMPT"), "{table}");
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 2, "{table}");
+    assert!(rows.iter().any(|row| row.contains("failed")) && rows.iter().any(|row| row.contains("succeeded")), "{table}");
+    let charges = json(&cli(&app, ORDERS_TOKEN, &["attempt", "list", "--kind", "refund", "--json"]).await);
+    assert_eq!(charges["attempts"], Value::Array(vec![]));
+    let latest = cli(&app, ORDERS_TOKEN, &["attempt", "get", "--operation", "order-cli-again"]).await;
+    let table = stdout(&latest);
+    assert!(
+        table.lines().any(|line| line.starts_with("attempt_number") && line.trim_end().ends_with('2')),
+        "{table}"
+    );
+}

@@ -67,7 +67,7 @@ async fn reflection_lists_and_describes_the_payments_service() {
         .flat_map(|service| service.method)
         .map(|method| method.name().to_owned())
         .collect();
-    assert_eq!(methods, ["Charge", "GetAttempt", "ListAttempts"]);
+    assert_eq!(methods, ["Charge", "Refund", "GetAttempt", "ListAttempts"]);
 }
 
 type HealthStream = tonic::Streaming<tonic_health::pb::HealthCheckResponse>;

@@ -19,7 +19,7 @@ use super::{
     advance, assert_settled, creates_with_key, minutes, seed_due_rows, stored, sweep_until_idle,
 };
 use crate::support::faketime::ClockOffset;
-use crate::support::{TestApp, charge_request, outcome_of, refund_request, status_of};
+use crate::support::{TestApp, attempt_request as attempt, charge_request, outcome_of, refund_request, status_of};
 
 /// The dying process's clock in the skewed rows: 2 h fast.
 const FAST_CHILD_CLOCK: ClockOffset = ClockOffset::minutes(120);
@@ -366,3 +366,132 @@ with_child_clocks!(
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_leases,
 );
+
+// Issue 16: attempt n + 1 of an operation. The rows below cross the boundary between two
+// attempts; whatever dies where, the provider ends with at most one succeeded object for the
+// operation.
+
+async fn succeeded_objects(app: &TestApp) -> usize {
+    let ledger = app.sim().ledger().await.unwrap();
+    ledger.payment_intents.iter().filter(|intent| intent.status == "succeeded").count()
+}
+
+async fn confirms_with_key(app: &TestApp, key: &str) -> usize {
+    let log = app.sim().requests().await.unwrap();
+    log.iter().filter(|r| r.path.ends_with("/confirm") && r.idempotency_key.as_deref() == Some(key)).count()
+}
+
+#[tokio::test]
+async fn crash_between_attempt_1s_decline_and_attempt_2s_pending_row_then_attempt_2_charges_once() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    // The process that recorded attempt 1's decline dies before its caller hears.
+    let child = ChildProcess::serve(&app, ChildSpec::crashing_at("charge.after_record")).await;
+    assert!(child.charge(attempt("crash-again-1", 1, "pm_card_chargeDeclined")).await.is_err());
+    child.expect_crash().await;
+    // Another operation: the process handling attempt 2 dies before it writes anything.
+    let declined = app.charge(attempt("crash-again-2", 1, "pm_card_chargeDeclined")).await.unwrap();
+    assert_eq!(status_of(&declined), ProtoStatus::Failed);
+    let child = ChildProcess::serve(&app, ChildSpec::crashing_at("charge.before_pending_commit")).await;
+    assert!(child.charge(attempt("crash-again-2", 2, "pm_card_visa")).await.is_err());
+    child.expect_crash().await;
+    assert_eq!(app.attempt_rows().await, 2, "attempt 2 was never written");
+
+    for operation in ["crash-again-1", "crash-again-2"] {
+        let first = stored(&app, operation).await;
+        assert_eq!((first.generation, first.status), (0, AttemptStatus::Failed));
+        // The caller, told nothing, sends attempt 1 again, then attempt 2.
+        let again = app.charge(attempt(operation, 1, "pm_card_chargeDeclined")).await.unwrap();
+        assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);
+        let second = app.charge(attempt(operation, 2, "pm_card_visa")).await.unwrap();
+        assert_eq!(outcome_of(&second), ChargeOutcome::Applied);
+        assert_eq!(status_of(&second), ProtoStatus::Succeeded);
+        let key = second.attempt.unwrap().idempotency_key;
+        assert_eq!(confirms_with_key(&app, &key).await, 1);
+    }
+    assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 2, "one intent per operation");
+    assert_eq!(succeeded_objects(&app).await, 2, "one succeeded object per operation");
+}
+
+#[tokio::test]
+async fn crash_after_canceling_attempt_1s_intent_before_recording_it_then_attempt_2_creates_once() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    let first = app.charge(attempt("crash-again-3", 1, "pm_card_chargeDeclined")).await.unwrap();
+    let first = first.attempt.unwrap();
+    let mut changed = attempt("crash-again-3", 2, "pm_card_visa");
+    changed.amount_minor = 2_000;
+    let child = ChildProcess::serve(&app, ChildSpec::crashing_at("attempts.after_previous_cancel")).await;
+    assert!(child.charge(changed.clone()).await.is_err());
+    child.expect_crash().await;
+    let ledger = app.sim().ledger().await.unwrap();
+    assert_eq!(ledger.payment_intents[0].status, "canceled", "the cancel landed");
+    let recorded = stored(&app, "crash-again-3").await;
+    assert_eq!(recorded.generation, 0, "attempt 2 was never written");
+    assert_eq!(recorded.provider_status.as_deref(), Some("requires_payment_method"), "nor the cancel recorded");
+
+    // The retry cancels again (refused: already canceled; the intent is read), records it, and
+    // creates attempt 2's own intent.
+    let second = app.charge(changed).await.unwrap();
+    assert_eq!(status_of(&second), ProtoStatus::Succeeded);
+    let second = second.attempt.unwrap();
+    assert_ne!(second.provider_payment_id, first.provider_payment_id);
+    let ledger = app.sim().ledger().await.unwrap();
+    assert_eq!(ledger.payment_intents.len(), 2);
+    assert_eq!(succeeded_objects(&app).await, 1);
+    let creates = app.creates().await;
+    assert_eq!(creates.len(), 2, "attempt 1's and attempt 2's, once each");
+}
+
+#[tokio::test]
+async fn crash_after_attempt_2s_pending_row_is_finished_by_redelivery_or_by_the_sweep() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    let operations = ["crash-again-4-redelivered", "crash-again-4-swept"];
+    for operation in operations {
+        app.charge(attempt(operation, 1, "pm_card_chargeDeclined")).await.unwrap();
+        let child = ChildProcess::serve(&app, ChildSpec::crashing_at("charge.after_pending_commit")).await;
+        assert!(child.charge(attempt(operation, 2, "pm_card_visa")).await.is_err());
+        child.expect_crash().await;
+        let second = stored(&app, operation).await;
+        assert_eq!((second.generation, second.status), (1, AttemptStatus::Pending));
+        assert!(second.confirms_payment_id.is_some(), "attempt 2 confirms attempt 1's intent");
+    }
+    advance(&app, minutes(2)).await;
+    let redelivered = app.charge(attempt(operations[0], 2, "pm_card_visa")).await.unwrap();
+    assert_eq!(outcome_of(&redelivered), ChargeOutcome::Reconciled);
+    assert_eq!(status_of(&redelivered), ProtoStatus::Succeeded);
+    let swept = app.orchestrator.try_sweep_once().await.unwrap();
+    assert_eq!((swept.claimed, swept.succeeded), (1, 1), "{swept}");
+    for operation in operations {
+        let second = stored(&app, operation).await;
+        assert_eq!(second.status, AttemptStatus::Succeeded);
+        assert_eq!(confirms_with_key(&app, second.idempotency_key.as_str()).await, 1, "the same key, once");
+    }
+    assert_eq!(succeeded_objects(&app).await, 2, "one succeeded object per operation");
+    assert_eq!(app.creates().await.len(), 2, "no intent beside the declined ones");
+}
+
+#[tokio::test]
+async fn crash_after_attempt_2s_confirm_charged_past_the_window_reads_the_intent_and_adopts_it() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    app.charge(attempt("crash-again-5", 1, "pm_card_chargeDeclined")).await.unwrap();
+    let child = ChildProcess::serve(&app, ChildSpec::crashing_at("round.after_provider_call")).await;
+    assert!(child.charge(attempt("crash-again-5", 2, "pm_card_visa")).await.is_err());
+    child.expect_crash().await;
+    let second = stored(&app, "crash-again-5").await;
+    assert_eq!((second.generation, second.status), (1, AttemptStatus::Pending));
+    assert_eq!(succeeded_objects(&app).await, 1, "the confirm charged");
+    let jumped_at = advance(&app, PAST_THE_PROVIDER_RETENTION).await;
+
+    let swept = sweep_until_idle(&app).await;
+    assert_eq!((swept.claimed, swept.succeeded), (1, 1), "{swept}");
+    let after_jump: Vec<_> =
+        app.sim().requests().await.unwrap().into_iter().filter(|r| r.sim_time >= jumped_at).collect();
+    assert!(after_jump.iter().all(|r| r.method == "GET"), "nothing sent, only read: {after_jump:#?}");
+    assert!(
+        after_jump.iter().any(|r| r.endpoint.as_deref() == Some("retrieve_payment_intent")),
+        "the intent is read by its known id: {after_jump:#?}"
+    );
+    let adopted = stored(&app, "crash-again-5").await;
+    assert_eq!(adopted.status, AttemptStatus::Succeeded);
+    assert_eq!(adopted.provider_payment_id, adopted.confirms_payment_id);
+    assert_eq!(succeeded_objects(&app).await, 1);
+}

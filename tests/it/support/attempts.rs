@@ -57,5 +57,6 @@ pub async fn insert_new(store: &dyn AttemptStore, new: &NewAttempt) -> Attempt {
         InsertOutcome::Existing(existing) => {
             panic!("operation {} existed as {}", new.operation_key, existing.id)
         }
+        refused => panic!("operation {} refused: {refused:?}", new.operation_key),
     }
 }

@@ -257,6 +257,12 @@ pub fn refund_request(operation_key: &str, charge_operation_key: &str, amount_mi
     }
 }
 
+/// Attempt `number` of `operation` (issue 16) with `payment_method`, otherwise as
+/// [`charge_request`].
+pub fn attempt_request(operation_key: &str, number: u32, payment_method: &str) -> ChargeRequest {
+    ChargeRequest { attempt: Some(number), payment_method: payment_method.to_owned(), ..charge_request(operation_key) }
+}
+
 pub fn status_of(response: &ChargeResponse) -> proto::AttemptStatus {
     proto::AttemptStatus::try_from(response.attempt.as_ref().unwrap().status).unwrap()
 }
