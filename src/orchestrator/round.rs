@@ -68,6 +68,12 @@ impl RoundObservation {
         Self { outcome, calls_made: 1, create_replays_failure: false, lookup_progress: None, lookup_unfinished: false }
     }
 
+    /// A lookup whose listing was complete and found nothing of the attempt's: the next round
+    /// lists again from the start (objects can still appear while some replica may send the key).
+    fn after_complete_listing(calls_made: u32, outcome: Result<Observation, ProviderError>) -> Self {
+        Self { calls_made, lookup_progress: Some(ListProgress::NotStarted), ..Self::of_call(outcome) }
+    }
+
     /// A lookup made because the provider replayed a saved failure for the create: the create
     /// counts as a call, the key is never sent again (sticky), and when the lookup found nothing
     /// to adopt the caller hears of the replayed failure.
@@ -363,11 +369,7 @@ impl Orchestrator {
                     .to_owned(),
             )),
         };
-        Ok(RoundObservation {
-            calls_made,
-            lookup_progress: Some(ListProgress::NotStarted),
-            ..RoundObservation::of_call(outcome)
-        })
+        Ok(RoundObservation::after_complete_listing(calls_made, outcome))
     }
 }
 

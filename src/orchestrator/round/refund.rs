@@ -131,11 +131,7 @@ impl Orchestrator {
                     .to_owned(),
             ))
         };
-        Ok(RoundObservation {
-            calls_made,
-            lookup_progress: Some(ListProgress::NotStarted),
-            ..RoundObservation::of_call(outcome)
-        })
+        Ok(RoundObservation::after_complete_listing(calls_made, outcome))
     }
 }
 
