@@ -3,12 +3,12 @@
 //! monotonic guard, so a decision made on a stale read cannot move a row backwards).
 
 use crate::domain::{
-    Attempt, PaymentSnapshot, ProviderPaymentStatus, resolve_snapshot,
-    succeeded_after_failure_reason,
+    Attempt, AttemptKind, AttemptStatus, Failure, PaymentSnapshot, ProviderPaymentStatus,
+    RefundStatus, dispute_reason, resolve_snapshot, succeeded_after_failure_reason,
 };
-use crate::store::inbox::{InboxOutcome, PaymentUpdate, Settlement};
+use crate::store::inbox::{InboxOutcome, PaymentUpdate, RefundUpdate, Settlement};
 
-use super::event::EventError;
+use super::event::{DisputeFacts, EventError, RefundSubject};
 
 /// The settlement of an event whose object could not be read.
 pub fn unreadable(error: &EventError) -> Settlement {
@@ -18,8 +18,7 @@ pub fn unreadable(error: &EventError) -> Settlement {
     }
 }
 
-/// The settlement of an event about an object chargeguard keeps no record of (refunds and
-/// charges have no attempt records yet).
+/// The settlement of an event about an object chargeguard keeps no record of.
 pub fn untracked(event_type: &str) -> Settlement {
     Settlement::Record {
         outcome: InboxOutcome::UnknownObject,
@@ -77,6 +76,129 @@ pub fn for_payment(
         // failed, in the same transaction that refuses the move.
         review_reason_if_failed: succeeded_after_failure_reason(snapshot),
     })
+}
+
+/// The attempt state a provider refund status asks for. Pending ones ask for `pending`, which
+/// the store's guard never allows (nothing moves back to pending): such events are `Stale`.
+pub fn refund_target(status: &RefundStatus) -> Option<AttemptStatus> {
+    match status {
+        RefundStatus::Pending | RefundStatus::RequiresAction => Some(AttemptStatus::Pending),
+        RefundStatus::Succeeded => Some(AttemptStatus::Succeeded),
+        RefundStatus::Failed | RefundStatus::Canceled => Some(AttemptStatus::Failed),
+        // A status the provider added later: never guessed into a state.
+        RefundStatus::Other(_) => None,
+    }
+}
+
+/// The update one provider refund asks of its refund attempt, or the settlement that replaces
+/// it (no attempt; an attempt bound to another refund; a status we cannot read).
+fn refund_update(
+    event_id: &str,
+    subject: &RefundSubject,
+    attempt: Option<&Attempt>,
+) -> Result<RefundUpdate, Settlement> {
+    let refund = &subject.snapshot;
+    let Some(attempt) = attempt.filter(|attempt| attempt.kind == AttemptKind::Refund) else {
+        return Err(Settlement::Record {
+            outcome: InboxOutcome::UnknownObject,
+            detail: Some(format!("no refund attempt for provider refund {}", refund.id)),
+        });
+    };
+    if let Some(bound) = attempt
+        .provider_payment_id
+        .as_deref()
+        .filter(|bound| *bound != refund.id)
+    {
+        return Err(Settlement::Flag {
+            attempt_id: attempt.id,
+            review_reason: format!(
+                "second provider refund: event {event_id} reports refund {} ({}) for refund attempt {}, which recorded {bound}",
+                refund.id, refund.status, attempt.id
+            ),
+        });
+    }
+    let status = refund.refund_status();
+    let Some(target) = refund_target(&status) else {
+        return Err(Settlement::Record {
+            outcome: InboxOutcome::Stale,
+            detail: Some(format!("refund {} has status {:?}, which chargeguard does not know", refund.id, refund.status)),
+        });
+    };
+    let failure = (target == AttemptStatus::Failed).then(|| Failure {
+        code: refund
+            .failure_reason
+            .clone()
+            .unwrap_or_else(|| status.as_str().to_owned()),
+        message: format!("the provider reports refund {} {}", refund.id, status.as_str()),
+    });
+    Ok(RefundUpdate {
+        attempt_id: attempt.id,
+        provider_refund_id: refund.id.clone(),
+        provider_status: refund.status.clone(),
+        status: target,
+        failure,
+    })
+}
+
+/// The settlement of a refund event, given the attempt found for its refund (by refund id, else
+/// by the attempt id in its metadata).
+pub fn for_refund(event_id: &str, subject: &RefundSubject, attempt: Option<&Attempt>) -> Settlement {
+    match refund_update(event_id, subject, attempt) {
+        Ok(update) => Settlement::Refunds(vec![update]),
+        Err(settlement) => settlement,
+    }
+}
+
+/// The settlement of `charge.refunded`: each listed refund with the attempt found for it. A
+/// payload without a refunds list (current API versions) is only recorded: its refunds settle
+/// through their own `refund.*` events.
+pub fn for_charge_refunded(
+    event_id: &str,
+    charge_id: &str,
+    refunds: &[(RefundSubject, Option<Attempt>)],
+) -> Settlement {
+    let updates: Vec<RefundUpdate> = refunds
+        .iter()
+        .filter_map(|(subject, attempt)| refund_update(event_id, subject, attempt.as_ref()).ok())
+        .collect();
+    if updates.is_empty() {
+        let detail = if refunds.is_empty() {
+            format!("charge {charge_id} lists no refunds; its refunds settle by their own events")
+        } else {
+            format!("no refund attempt for the {} refunds of charge {charge_id}", refunds.len())
+        };
+        return Settlement::Record {
+            outcome: InboxOutcome::UnknownObject,
+            detail: Some(detail),
+        };
+    }
+    Settlement::Refunds(updates)
+}
+
+/// The settlement of a dispute event, given the charge attempt of the disputed payment: the
+/// attempt is flagged with the dispute named, its state untouched (no dispute workflow).
+pub fn for_dispute(dispute: &DisputeFacts, attempt: Option<&Attempt>) -> Settlement {
+    let Some(attempt) = attempt.filter(|attempt| attempt.kind == AttemptKind::Charge) else {
+        return Settlement::Record {
+            outcome: InboxOutcome::UnknownObject,
+            detail: Some(format!(
+                "no charge attempt for dispute {} (payment {})",
+                dispute.id,
+                dispute.payment_intent.as_deref().unwrap_or("unknown")
+            )),
+        };
+    };
+    Settlement::Dispute {
+        attempt_id: attempt.id,
+        review_reason: dispute_reason(
+            &dispute.id,
+            dispute.charge.as_deref(),
+            &dispute.reason,
+            dispute.amount_minor,
+            &dispute.currency,
+            &dispute.status,
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -209,5 +331,126 @@ mod tests {
                 && review_reason.contains("pi_2")
                 && review_reason.contains("evt_9")
         );
+    }
+
+    fn refund_attempt(provider_refund_id: Option<&str>) -> Attempt {
+        let mut refund = attempt(provider_refund_id);
+        refund.kind = AttemptKind::Refund;
+        refund.parent_attempt_id = Some(crate::domain::AttemptId::from_uuid(uuid::Uuid::nil()));
+        refund
+    }
+
+    fn refund_subject(status: &str, failure_reason: Option<&str>) -> RefundSubject {
+        RefundSubject {
+            snapshot: crate::domain::RefundSnapshot {
+                id: "re_1".into(),
+                payment_id: Some("pi_1".into()),
+                status: status.into(),
+                amount_minor: 400,
+                currency: "usd".into(),
+                created: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+                metadata: BTreeMap::new(),
+                failure_reason: failure_reason.map(str::to_owned),
+            },
+            attempt_id: None,
+        }
+    }
+
+    #[test]
+    fn refund_statuses_ask_for_forward_states_and_pending_is_never_allowed() {
+        let target = |name: &str| refund_target(&RefundStatus::parse(name));
+        assert_eq!(target("succeeded"), Some(AttemptStatus::Succeeded));
+        assert_eq!(target("failed"), Some(AttemptStatus::Failed));
+        assert_eq!(target("canceled"), Some(AttemptStatus::Failed));
+        assert_eq!(target("pending"), Some(AttemptStatus::Pending));
+        assert_eq!(target("requires_action"), Some(AttemptStatus::Pending));
+        assert!(AttemptStatus::Pending.allowed_sources().is_empty());
+        assert_eq!(target("reversed"), None);
+    }
+
+    #[test]
+    fn a_refund_event_moves_its_refund_attempt_with_the_failure_reason() {
+        let Settlement::Refunds(updates) = for_refund(
+            "evt_1",
+            &refund_subject("failed", Some("expired_or_canceled_card")),
+            Some(&refund_attempt(Some("re_1"))),
+        ) else {
+            panic!("an update")
+        };
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].status, AttemptStatus::Failed);
+        assert_eq!(updates[0].provider_refund_id, "re_1");
+        assert_eq!(updates[0].failure.as_ref().unwrap().code, "expired_or_canceled_card");
+
+        let Settlement::Refunds(updates) =
+            for_refund("evt_2", &refund_subject("succeeded", None), Some(&refund_attempt(None)))
+        else {
+            panic!("an update")
+        };
+        assert_eq!((updates[0].status, updates[0].failure.clone()), (AttemptStatus::Succeeded, None));
+    }
+
+    #[test]
+    fn refunds_without_a_refund_attempt_are_unknown_and_a_second_refund_is_flagged() {
+        for attempt in [None, Some(attempt(Some("re_1")))] {
+            assert!(matches!(
+                for_refund("evt_1", &refund_subject("succeeded", None), attempt.as_ref()),
+                Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }
+            ));
+        }
+        let Settlement::Flag { review_reason, .. } = for_refund(
+            "evt_3",
+            &refund_subject("succeeded", None),
+            Some(&refund_attempt(Some("re_0"))),
+        ) else {
+            panic!("a flag")
+        };
+        assert!(review_reason.contains("re_0") && review_reason.contains("re_1"), "{review_reason}");
+        assert!(matches!(
+            for_refund("evt_4", &refund_subject("reversed", None), Some(&refund_attempt(None))),
+            Settlement::Record { outcome: InboxOutcome::Stale, .. }
+        ));
+    }
+
+    #[test]
+    fn charge_refunded_settles_each_listed_refund_or_only_records() {
+        assert!(matches!(
+            for_charge_refunded("evt_1", "ch_1", &[]),
+            Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }
+        ));
+        let listed = [
+            (refund_subject("succeeded", None), Some(refund_attempt(None))),
+            (refund_subject("succeeded", None), None),
+        ];
+        let Settlement::Refunds(updates) = for_charge_refunded("evt_1", "ch_1", &listed) else {
+            panic!("updates")
+        };
+        assert_eq!(updates.len(), 1, "the unknown refund is left out");
+    }
+
+    #[test]
+    fn a_dispute_flags_the_charge_attempt_naming_the_dispute() {
+        let dispute = DisputeFacts {
+            id: "dp_1".into(),
+            charge: Some("ch_1".into()),
+            payment_intent: Some("pi_1".into()),
+            amount_minor: 1000,
+            currency: "usd".into(),
+            reason: "fraudulent".into(),
+            status: "lost".into(),
+        };
+        let Settlement::Dispute { review_reason, .. } = for_dispute(&dispute, Some(&attempt(Some("pi_1"))))
+        else {
+            panic!("a dispute flag")
+        };
+        assert_eq!(review_reason, "dispute: dp_1 on charge ch_1 is lost: reason fraudulent, 10.00 usd");
+        assert!(matches!(
+            for_dispute(&dispute, None),
+            Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }
+        ));
+        assert!(matches!(
+            for_dispute(&dispute, Some(&refund_attempt(Some("pi_1")))),
+            Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }
+        ));
     }
 }
