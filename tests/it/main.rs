@@ -18,3 +18,4 @@ mod simulator;
 mod store;
 mod store_pool;
 mod webhooks;
+mod webhooks_refunds;

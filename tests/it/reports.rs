@@ -199,9 +199,10 @@ async fn seed_every_category(app: &TestApp) -> Seeded {
     let mut expected = BTreeMap::new();
     let sim = app.sim();
 
-    let (_, matched_intent) = charge(app, "matched-1", "pm_card_visa").await;
-    expected.insert("matched-1".to_owned(), "matched");
-    refund(app, &matched_intent, 300).await;
+    // Refunded straight at the provider, not through chargeguard: a refund no attempt claims.
+    let (_, refunded_intent) = charge(app, "refunded-outside-1", "pm_card_visa").await;
+    expected.insert("refunded-outside-1".to_owned(), "orphan_refund");
+    refund(app, &refunded_intent, 300).await;
     charge(app, "declined-1", "pm_card_chargeDeclined").await;
     expected.insert("declined-1".to_owned(), "matched");
     // Printable ASCII is a valid operation key: the HTML must show it, escaped.
@@ -373,6 +374,7 @@ async fn every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up() 
         "stale_unfinished",
         "expired",
         "in_progress",
+        "orphan_refund",
     ] {
         let counted = rows
             .iter()
@@ -434,10 +436,10 @@ async fn every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up() 
         );
         assert_eq!(entry["ours_refunded_minor"], 0);
     }
-    // usd ours: matched, escaped, amount (1000 each), double (1000), missing (2500).
+    // usd ours: refunded outside, escaped, amount (1000 each), double (1000), missing (2500).
     assert_eq!(totals["usd"]["ours_succeeded_minor"], 6_500);
     assert_eq!(totals["usd"]["ours_succeeded"], "65.00");
-    // usd provider: matched, escaped, currency-1 (1000 each), amount (1500), status (1000),
+    // usd provider: refunded outside, escaped, currency-1 (1000 each), amount (1500), status (1000),
     // orphans (700 + 800), double (1000 + 1000).
     assert_eq!(totals["usd"]["provider_succeeded_minor"], 9_000);
     assert_eq!(totals["usd"]["provider_refunded_minor"], 300);
@@ -496,8 +498,10 @@ async fn csv_parses_back_and_html_is_one_self_contained_escaped_page() {
             assert_eq!(&record[column("provider_amount_minor")], "1500");
             assert_eq!(&record[column("provider_amount")], "15.00");
         }
-        if key == "matched-1" {
+        if key == "refunded-outside-1" {
             assert_eq!(&record[column("provider_refunded")], "3.00");
+            assert_eq!(&record[column("our_refunded")], "0.00");
+            assert!(record[column("orphan_refund_ids")].starts_with("re_"));
         }
         categories.insert(key, record[column("category")].to_owned());
     }
