@@ -18,6 +18,7 @@ ALTER TABLE webhook_inbox ADD CONSTRAINT webhook_inbox_outcome_check CHECK (outc
     'failed_after_success', 'disputed'));
 
 ALTER TABLE report_provider_refunds ADD COLUMN attempt_id UUID;
+CREATE INDEX report_provider_refunds_attempt ON report_provider_refunds (run_id, attempt_id);
 
 ALTER TABLE report_rows
     ADD COLUMN ours_refunded_minor BIGINT NOT NULL DEFAULT 0,

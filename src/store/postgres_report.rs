@@ -242,8 +242,14 @@ impl ReportStore for PostgresStore {
                                            ORDER BY refund.created_at, refund.id) AS rank
                  FROM payment_attempts refund
                  JOIN payment_attempts charge ON charge.id = refund.parent_attempt_id
-                 LEFT JOIN report_provider_refunds staged
-                        ON staged.run_id = $1 AND staged.provider_refund_id = refund.provider_payment_id
+                 -- The provider refund staging tied to this attempt (by metadata or by id); a
+                 -- succeeded one first, should the provider hold two.
+                 LEFT JOIN LATERAL (
+                     SELECT staged.status FROM report_provider_refunds staged
+                     WHERE staged.run_id = $1 AND staged.attempt_id = refund.id
+                     ORDER BY staged.status = 'succeeded' DESC, staged.created_at
+                     LIMIT 1
+                 ) staged ON true
                  WHERE refund.kind = 'refund' AND charge.kind = 'charge'
                    AND charge.created_at >= $2 AND charge.created_at < $3
              ),
