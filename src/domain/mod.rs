@@ -12,6 +12,8 @@ mod operation;
 mod provider_payment;
 mod provider_refund;
 mod recovery;
+mod refund_request;
+mod refund_resolution;
 mod review;
 
 pub use attempt::{
@@ -27,6 +29,8 @@ pub use idempotency::{IdempotencyKey, derive_idempotency_key};
 pub use operation::{ConsumerName, OperationKey};
 pub use provider_payment::{PaymentSnapshot, ProviderPaymentStatus, Resolution, resolve_snapshot};
 pub use provider_refund::{RefundSnapshot, RefundStatus};
+pub use refund_request::{ChargeSelector, RefundRequest};
+pub use refund_resolution::resolve_refund_snapshot;
 pub use recovery::{
     CLOCK_SKEW_TOLERANCE, ClockReadings, KeyAge, KeyWindow, LookupResolution,
     PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step, lookup_created_range,

@@ -1,6 +1,8 @@
 //! One round with the provider for an attempt whose lease the caller holds: choose the step,
 //! make the call, classify the answer, write it with a guarded update, release the lease.
 
+mod refund;
+
 use std::time::Instant;
 
 use chrono::Duration;
@@ -8,7 +10,7 @@ use uuid::Uuid;
 
 use super::{Orchestrator, OrchestratorError, chrono_duration};
 use crate::domain::{
-    Attempt, AttemptStatus, ClockReadings, LeaseOwner, ListProgress, LookupResolution,
+    Attempt, AttemptKind, AttemptStatus, ClockReadings, LeaseOwner, ListProgress, LookupResolution,
     PaymentSnapshot, RecoveryStep, Resolution, choose_recovery_step, lookup_created_range,
     resolve_lookup, resolve_snapshot,
 };
@@ -190,6 +192,9 @@ impl Orchestrator {
         step: &RecoveryStep,
         owner: LeaseOwner,
     ) -> Result<RoundObservation, OrchestratorError> {
+        if attempt.kind == AttemptKind::Refund {
+            return self.observe_refund(attempt, step, owner).await;
+        }
         Ok(match step {
             RecoveryStep::ResendCreate => match self.send_create(attempt).await {
                 // The provider will answer this key with the same failure for as long as it

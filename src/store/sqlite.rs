@@ -151,7 +151,7 @@ impl SqliteStore {
     }
 }
 
-fn unavailable(error: sqlx::Error) -> StoreError {
+pub(super) fn unavailable(error: sqlx::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
@@ -213,6 +213,20 @@ impl AttemptStore for SqliteStore {
             Some(row) => Ok(InsertOutcome::Inserted(attempt_from_row(&row)?)),
             None => conflict_winner(self, new).await,
         }
+    }
+
+    async fn insert_pending_refund(
+        &self,
+        new: &super::NewRefund,
+    ) -> Result<super::RefundInsertOutcome, StoreError> {
+        self.insert_pending_refund_transaction(new).await
+    }
+
+    async fn refund_totals(
+        &self,
+        charge_ids: &[AttemptId],
+    ) -> Result<std::collections::HashMap<AttemptId, super::RefundTotals>, StoreError> {
+        self.refund_totals_statement(charge_ids).await
     }
 
     async fn find_by_operation(
