@@ -162,6 +162,8 @@ pub struct RefundUpdate {
     pub status: AttemptStatus,
     /// For `failed`: the provider's `failure_reason` as the code.
     pub failure: Option<Failure>,
+    /// Added to the attempt's review reason when the refund moves (an amount that differs).
+    pub review_reason: Option<String>,
 }
 
 /// What the worker decided for one event; the store applies it atomically with the

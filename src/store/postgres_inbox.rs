@@ -390,6 +390,7 @@ async fn apply_refund_update(
             provider_status = $4,
             failure_code = $5,
             failure_message = $6,
+            review_reason = append_review_reason(review_reason, $9),
             updated_at = $7
          WHERE id = $1 AND kind = 'refund' AND status = ANY($8)
            AND (provider_payment_id IS NULL OR provider_payment_id = $3)",
@@ -402,6 +403,7 @@ async fn apply_refund_update(
     .bind(update.failure.as_ref().map(|failure| failure.message.as_str()))
     .bind(now)
     .bind(status_names(&update.status.allowed_sources()))
+    .bind(update.review_reason.as_deref())
     .execute(&mut **tx)
     .await
     .map_err(unavailable)?;

@@ -3,8 +3,8 @@
 //! monotonic guard, so a decision made on a stale read cannot move a row backwards).
 
 use crate::domain::{
-    Attempt, AttemptKind, AttemptStatus, Failure, PaymentSnapshot, ProviderPaymentStatus,
-    RefundStatus, dispute_reason, resolve_snapshot, succeeded_after_failure_reason,
+    Attempt, AttemptKind, PaymentSnapshot, ProviderPaymentStatus, dispute_reason,
+    resolve_refund_snapshot, resolve_snapshot, succeeded_after_failure_reason,
 };
 use crate::store::inbox::{InboxOutcome, PaymentUpdate, RefundUpdate, Settlement};
 
@@ -78,18 +78,6 @@ pub fn for_payment(
     })
 }
 
-/// The attempt state a provider refund status asks for. Pending ones ask for `pending`, which
-/// the store's guard never allows (nothing moves back to pending): such events are `Stale`.
-pub fn refund_target(status: &RefundStatus) -> Option<AttemptStatus> {
-    match status {
-        RefundStatus::Pending | RefundStatus::RequiresAction => Some(AttemptStatus::Pending),
-        RefundStatus::Succeeded => Some(AttemptStatus::Succeeded),
-        RefundStatus::Failed | RefundStatus::Canceled => Some(AttemptStatus::Failed),
-        // A status the provider added later: never guessed into a state.
-        RefundStatus::Other(_) => None,
-    }
-}
-
 /// The update one provider refund asks of its refund attempt, or the settlement that replaces
 /// it (no attempt; an attempt bound to another refund; a status we cannot read).
 fn refund_update(
@@ -117,26 +105,15 @@ fn refund_update(
             ),
         });
     }
-    let status = refund.refund_status();
-    let Some(target) = refund_target(&status) else {
-        return Err(Settlement::Record {
-            outcome: InboxOutcome::Stale,
-            detail: Some(format!("refund {} has status {:?}, which chargeguard does not know", refund.id, refund.status)),
-        });
-    };
-    let failure = (target == AttemptStatus::Failed).then(|| Failure {
-        code: refund
-            .failure_reason
-            .clone()
-            .unwrap_or_else(|| status.as_str().to_owned()),
-        message: format!("the provider reports refund {} {}", refund.id, status.as_str()),
-    });
+    // Read exactly as a refund round reads the provider's answer.
+    let resolution = resolve_refund_snapshot(refund, &attempt.params);
     Ok(RefundUpdate {
         attempt_id: attempt.id,
         provider_refund_id: refund.id.clone(),
         provider_status: refund.status.clone(),
-        status: target,
-        failure,
+        status: resolution.status,
+        failure: resolution.failure,
+        review_reason: resolution.review_reason,
     })
 }
 
@@ -155,24 +132,36 @@ pub fn for_refund(event_id: &str, subject: &RefundSubject, attempt: Option<&Atte
 pub fn for_charge_refunded(
     event_id: &str,
     charge_id: &str,
+    charge_attempt: Option<&Attempt>,
     refunds: &[(RefundSubject, Option<Attempt>)],
 ) -> Settlement {
     let updates: Vec<RefundUpdate> = refunds
         .iter()
         .filter_map(|(subject, attempt)| refund_update(event_id, subject, attempt.as_ref()).ok())
         .collect();
-    if updates.is_empty() {
-        let detail = if refunds.is_empty() {
-            format!("charge {charge_id} lists no refunds; its refunds settle by their own events")
-        } else {
-            format!("no refund attempt for the {} refunds of charge {charge_id}", refunds.len())
-        };
-        return Settlement::Record {
-            outcome: InboxOutcome::UnknownObject,
-            detail: Some(detail),
-        };
+    if !updates.is_empty() {
+        return Settlement::Refunds(updates);
     }
-    Settlement::Refunds(updates)
+    match (refunds.is_empty(), charge_attempt) {
+        // Nothing to apply here: the refunds of a charge we made settle by their own events.
+        (true, Some(_)) => Settlement::Record {
+            outcome: InboxOutcome::Stale,
+            detail: Some(format!(
+                "charge {charge_id} lists no refunds; its refunds settle by their own refund events"
+            )),
+        },
+        (true, None) => Settlement::Record {
+            outcome: InboxOutcome::UnknownObject,
+            detail: Some(format!("no charge attempt for charge {charge_id}")),
+        },
+        (false, _) => Settlement::Record {
+            outcome: InboxOutcome::UnknownObject,
+            detail: Some(format!(
+                "no refund attempt for the {} refunds of charge {charge_id}",
+                refunds.len()
+            )),
+        },
+    }
 }
 
 /// The settlement of a dispute event, given the charge attempt of the disputed payment: the
@@ -208,7 +197,7 @@ mod tests {
     use chrono::{TimeZone, Utc};
 
     use super::*;
-    use crate::domain::AttemptStatus;
+    use crate::domain::{AttemptKind, AttemptStatus};
 
     fn attempt(provider_payment_id: Option<&str>) -> Attempt {
         let mut attempt = crate::domain::fixtures::pending_attempt(Utc.timestamp_opt(1_700_000_000, 0).unwrap());
@@ -346,7 +335,7 @@ mod tests {
                 id: "re_1".into(),
                 payment_id: Some("pi_1".into()),
                 status: status.into(),
-                amount_minor: 400,
+                amount_minor: 1_000,
                 currency: "usd".into(),
                 created: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
                 metadata: BTreeMap::new(),
@@ -357,15 +346,14 @@ mod tests {
     }
 
     #[test]
-    fn refund_statuses_ask_for_forward_states_and_pending_is_never_allowed() {
-        let target = |name: &str| refund_target(&RefundStatus::parse(name));
-        assert_eq!(target("succeeded"), Some(AttemptStatus::Succeeded));
-        assert_eq!(target("failed"), Some(AttemptStatus::Failed));
-        assert_eq!(target("canceled"), Some(AttemptStatus::Failed));
-        assert_eq!(target("pending"), Some(AttemptStatus::Pending));
-        assert_eq!(target("requires_action"), Some(AttemptStatus::Pending));
+    fn a_pending_refund_asks_for_pending_which_the_store_guard_never_allows() {
+        let Settlement::Refunds(updates) =
+            for_refund("evt_1", &refund_subject("pending", None), Some(&refund_attempt(None)))
+        else {
+            panic!("an update")
+        };
+        assert_eq!(updates[0].status, AttemptStatus::Pending);
         assert!(AttemptStatus::Pending.allowed_sources().is_empty());
-        assert_eq!(target("reversed"), None);
     }
 
     #[test]
@@ -406,23 +394,23 @@ mod tests {
             panic!("a flag")
         };
         assert!(review_reason.contains("re_0") && review_reason.contains("re_1"), "{review_reason}");
-        assert!(matches!(
-            for_refund("evt_4", &refund_subject("reversed", None), Some(&refund_attempt(None))),
-            Settlement::Record { outcome: InboxOutcome::Stale, .. }
-        ));
     }
 
     #[test]
     fn charge_refunded_settles_each_listed_refund_or_only_records() {
         assert!(matches!(
-            for_charge_refunded("evt_1", "ch_1", &[]),
+            for_charge_refunded("evt_1", "ch_1", None, &[]),
             Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }
+        ));
+        assert!(matches!(
+            for_charge_refunded("evt_1", "ch_1", Some(&attempt(Some("pi_1"))), &[]),
+            Settlement::Record { outcome: InboxOutcome::Stale, .. }
         ));
         let listed = [
             (refund_subject("succeeded", None), Some(refund_attempt(None))),
             (refund_subject("succeeded", None), None),
         ];
-        let Settlement::Refunds(updates) = for_charge_refunded("evt_1", "ch_1", &listed) else {
+        let Settlement::Refunds(updates) = for_charge_refunded("evt_1", "ch_1", None, &listed) else {
             panic!("updates")
         };
         assert_eq!(updates.len(), 1, "the unknown refund is left out");

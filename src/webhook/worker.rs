@@ -185,16 +185,25 @@ impl InboxWorker {
             }
             Ok(Subject::ChargeRefunded {
                 charge_id,
+                payment_intent,
                 amount_refunded_minor,
                 refunds,
-                ..
             }) => {
                 let mut found = Vec::with_capacity(refunds.len());
                 for subject in refunds {
                     let attempt = self.refund_attempt(&subject).await?;
                     found.push((subject, attempt));
                 }
-                let settlement = decision::for_charge_refunded(&event.event_id, &charge_id, &found);
+                let charge_attempt = match (found.is_empty(), payment_intent.as_deref()) {
+                    (true, Some(intent)) => self.store.find_attempt_for_payment(intent, None).await?,
+                    _ => None,
+                };
+                let settlement = decision::for_charge_refunded(
+                    &event.event_id,
+                    &charge_id,
+                    charge_attempt.as_ref(),
+                    &found,
+                );
                 let attempt = found.into_iter().find_map(|(_, attempt)| attempt);
                 Ok((settlement, attempt, Some(amount_refunded_minor.to_string())))
             }

@@ -15,6 +15,7 @@ mod provider;
 mod recovery;
 mod refunds;
 mod reports;
+mod reports_refunds;
 mod simulator;
 mod store;
 mod store_pool;

@@ -111,7 +111,7 @@ pub(crate) async fn run_json(app: &TestApp, extra: &[(&str, &str)]) -> (i32, Val
     (run.code, report)
 }
 
-async fn sql(app: &TestApp, statement: &str, binds: &[&str]) {
+pub(crate) async fn sql(app: &TestApp, statement: &str, binds: &[&str]) {
     let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
     let mut query = sqlx::query(statement);
     for bind in binds {
@@ -122,7 +122,7 @@ async fn sql(app: &TestApp, statement: &str, binds: &[&str]) {
 }
 
 /// Charges `operation_key` as `orders`; returns (attempt id, provider payment id).
-async fn charge(app: &TestApp, operation_key: &str, payment_method: &str) -> (String, String) {
+pub(crate) async fn charge(app: &TestApp, operation_key: &str, payment_method: &str) -> (String, String) {
     let mut request = charge_request(operation_key);
     request.payment_method = payment_method.into();
     let attempt = app.charge(request).await.unwrap().attempt.unwrap();
@@ -152,7 +152,7 @@ async fn pending_charge(app: &TestApp, operation_key: &str) -> String {
     id.to_string()
 }
 
-async fn refund(app: &TestApp, payment_intent: &str, amount_minor: i64) {
+pub(crate) async fn refund(app: &TestApp, payment_intent: &str, amount_minor: i64) {
     let amount = amount_minor.to_string();
     post_to_simulator(
         app,
@@ -313,7 +313,7 @@ fn json_row_key(row: &Value) -> String {
     }
 }
 
-fn json_categories(report: &Value) -> BTreeMap<String, String> {
+pub(crate) fn json_categories(report: &Value) -> BTreeMap<String, String> {
     report["rows"]
         .as_array()
         .unwrap()
@@ -327,7 +327,7 @@ fn json_categories(report: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn summary_count(report: &Value, category: &str) -> u64 {
+pub(crate) fn summary_count(report: &Value, category: &str) -> u64 {
     report["summary"]["categories"]
         .as_array()
         .unwrap()

@@ -138,7 +138,7 @@ impl Hooked {
             .unwrap()
     }
 
-    async fn post(&self, body: &str, signature: Option<String>) -> reqwest::StatusCode {
+    pub(crate) async fn post(&self, body: &str, signature: Option<String>) -> reqwest::StatusCode {
         let mut request = reqwest::Client::new()
             .post(format!("http://{}/webhooks/stripe", self.app.http_addr))
             .header("content-type", "application/json")
