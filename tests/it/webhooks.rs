@@ -617,7 +617,7 @@ async fn three_d_secure_completed_by_the_customer_is_applied_by_its_webhook() {
 }
 
 #[tokio::test]
-async fn refund_events_are_kept_as_unknown_objects_and_counted() {
+async fn a_refund_made_outside_chargeguard_is_kept_as_an_unknown_object_and_counted() {
     let hooked = Hooked::spawn().await;
     let paid = hooked
         .app
@@ -647,7 +647,8 @@ async fn refund_events_are_kept_as_unknown_objects_and_counted() {
     );
     assert_eq!(
         outcomes(&settled, "charge.refunded"),
-        [InboxOutcome::UnknownObject]
+        [InboxOutcome::Stale],
+        "a charge chargeguard made: its refunds settle by their own events"
     );
     assert_eq!(hooked.inbox().await.len(), 3, "kept, not dropped");
     assert_eq!(
@@ -663,7 +664,8 @@ async fn refund_events_are_kept_as_unknown_objects_and_counted() {
         .await
         .unwrap();
     for needle in [
-        r#"chargeguard_webhook_events_total{event_type="charge.refunded",outcome="unknown_object"}"#,
+        r#"chargeguard_webhook_events_total{event_type="refund.created",outcome="unknown_object"}"#,
+        r#"chargeguard_webhook_events_total{event_type="charge.refunded",outcome="stale"}"#,
         "chargeguard_webhook_inbox_depth",
         "chargeguard_webhook_inbox_oldest_age_seconds",
         r#"chargeguard_webhook_requests_total{result="stored"}"#,
