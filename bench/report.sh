@@ -14,8 +14,12 @@ DB=cg_bench_report
 ADMIN_URL=postgres://postgres@127.0.0.1:5432/postgres
 WORK=$(mktemp -d)
 
-cargo build --release --quiet
-BIN=target/release/chargeguard
+# BIN=path/to/chargeguard measures a binary already built (figures from a debug build are not
+# comparable with a release build's time, only its memory).
+if [ -z "${BIN:-}" ]; then
+    cargo build --release --quiet
+    BIN=target/release/chargeguard
+fi
 
 psql -q "$ADMIN_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
 export CHARGEGUARD_DATABASE__URL=postgres://postgres@127.0.0.1:5432/$DB
