@@ -84,26 +84,26 @@ fn refund_update(
     event_id: &str,
     subject: &RefundSubject,
     attempt: Option<&Attempt>,
-) -> Result<RefundUpdate, Settlement> {
+) -> Result<RefundUpdate, Box<Settlement>> {
     let refund = &subject.snapshot;
     let Some(attempt) = attempt.filter(|attempt| attempt.kind == AttemptKind::Refund) else {
-        return Err(Settlement::Record {
+        return Err(Box::new(Settlement::Record {
             outcome: InboxOutcome::UnknownObject,
             detail: Some(format!("no refund attempt for provider refund {}", refund.id)),
-        });
+        }));
     };
     if let Some(bound) = attempt
         .provider_payment_id
         .as_deref()
         .filter(|bound| *bound != refund.id)
     {
-        return Err(Settlement::Flag {
+        return Err(Box::new(Settlement::Flag {
             attempt_id: attempt.id,
             review_reason: format!(
                 "second provider refund: event {event_id} reports refund {} ({}) for refund attempt {}, which recorded {bound}",
                 refund.id, refund.status, attempt.id
             ),
-        });
+        }));
     }
     // Read exactly as a refund round reads the provider's answer.
     let resolution = resolve_refund_snapshot(refund, &attempt.params);
@@ -122,7 +122,7 @@ fn refund_update(
 pub fn for_refund(event_id: &str, subject: &RefundSubject, attempt: Option<&Attempt>) -> Settlement {
     match refund_update(event_id, subject, attempt) {
         Ok(update) => Settlement::Refunds(vec![update]),
-        Err(settlement) => settlement,
+        Err(settlement) => *settlement,
     }
 }
 
