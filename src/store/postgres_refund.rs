@@ -3,12 +3,11 @@
 
 use std::collections::HashMap;
 
-use sqlx::Row;
 use sqlx::postgres::PgDatabaseError;
 use uuid::Uuid;
 
 use super::postgres::{PostgresStore, unavailable};
-use super::refund::{NewRefund, REFUND_TOTALS_PARENTS_MAX, RefundInsertOutcome, RefundTotals, refusal_from_code};
+use super::refund::{NewRefund, REFUND_TOTALS_PARENTS_MAX, RefundInsertOutcome, RefundTotals, totals_from_rows, refusal_from_code};
 use super::row::attempt_from_row;
 use super::{StoreError, micros_of};
 use crate::domain::{AttemptId, ChargeSelector};
@@ -100,14 +99,6 @@ impl PostgresStore {
         .fetch_all(self.pool())
         .await
         .map_err(unavailable)?;
-        rows.iter()
-            .map(|row| -> Result<(AttemptId, RefundTotals), sqlx::Error> {
-                Ok((
-                    AttemptId::from_uuid(row.try_get("parent_attempt_id")?),
-                    RefundTotals { refunded_minor: row.try_get("refunded_minor")?, pending_minor: row.try_get("pending_minor")? },
-                ))
-            })
-            .collect::<Result<_, _>>()
-            .map_err(|error| StoreError::Corrupt(format!("refund totals: {error}")))
+        totals_from_rows(&rows)
     }
 }

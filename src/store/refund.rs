@@ -8,7 +8,9 @@ use crate::domain::{
     LeaseOwner, Metadata, OperationKey, RefundReason,
 };
 
-use super::CallerTime;
+use std::collections::HashMap;
+
+use super::{CallerTime, StoreError};
 
 /// A pending refund about to be committed, leased to the caller that inserts it.
 #[derive(Debug, Clone)]
@@ -61,6 +63,24 @@ pub struct RefundTotals {
 
 /// Charge ids one `refund_totals` call sums for: a page of attempts is at most this long.
 pub const REFUND_TOTALS_PARENTS_MAX: usize = 1_000;
+
+/// Reads `refund_totals`' rows (`parent_attempt_id`, `refunded_minor`, `pending_minor`), the
+/// same on both backends.
+pub(super) fn totals_from_rows<R>(rows: &[R]) -> Result<HashMap<AttemptId, RefundTotals>, StoreError>
+where
+    R: sqlx::Row,
+    for<'r> uuid::Uuid: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    &'static str: sqlx::ColumnIndex<R>,
+{
+    rows.iter()
+        .map(|row| -> Result<(AttemptId, RefundTotals), sqlx::Error> {
+            let totals = RefundTotals { refunded_minor: row.try_get("refunded_minor")?, pending_minor: row.try_get("pending_minor")? };
+            Ok((AttemptId::from_uuid(row.try_get("parent_attempt_id")?), totals))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|error| StoreError::Corrupt(format!("refund totals: {error}")))
+}
 
 /// Reads the refusal a store encoded as (code, detail): the PostgreSQL function's SQLSTATE and
 /// DETAIL, or the same pair built by the SQLite transaction.

@@ -5,10 +5,9 @@
 
 use std::collections::HashMap;
 
-use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
-use super::refund::{NewRefund, REFUND_TOTALS_PARENTS_MAX, RefundInsertOutcome, RefundRefusal, RefundTotals};
+use super::refund::{NewRefund, REFUND_TOTALS_PARENTS_MAX, RefundInsertOutcome, RefundRefusal, RefundTotals, totals_from_rows};
 use super::row::attempt_from_row;
 use super::sqlite::{SqliteStore, unavailable};
 use super::{StoreError, micros_of};
@@ -156,14 +155,6 @@ impl SqliteStore {
             query = query.bind(id.as_uuid());
         }
         let rows = query.fetch_all(self.pool()).await.map_err(unavailable)?;
-        rows.iter()
-            .map(|row| -> Result<(AttemptId, RefundTotals), sqlx::Error> {
-                Ok((
-                    AttemptId::from_uuid(row.try_get("parent_attempt_id")?),
-                    RefundTotals { refunded_minor: row.try_get("refunded_minor")?, pending_minor: row.try_get("pending_minor")? },
-                ))
-            })
-            .collect::<Result<_, _>>()
-            .map_err(|error| StoreError::Corrupt(format!("refund totals: {error}")))
+        totals_from_rows(&rows)
     }
 }

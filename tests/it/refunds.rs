@@ -109,13 +109,13 @@ async fn fifty_concurrent_refunds_of_one_charge_never_exceed_it_at_the_provider(
         async move { app.refund(refund_request(&format!("order-4:refund-{index}"), "order-4:charge", Some(30))).await }
     });
     let responses = futures::future::join_all(calls).await;
+    let (count, sum) = refunds_at_provider(&app, &charge.provider_payment_id).await;
+    assert!(sum <= 1_000, "the provider refunded {sum} of a 1000 charge");
+    assert_eq!((count, sum), (33, 990));
     let applied = responses.iter().filter(|response| response.as_ref().is_ok_and(|r| status(r) == AttemptStatus::Succeeded)).count();
     let refused: Vec<_> = responses.iter().filter_map(|response| response.as_ref().err()).collect();
     assert!(refused.iter().all(|error| error_code(error) == "refund_exceeds_charge"), "{refused:?}");
     assert_eq!((applied, refused.len()), (33, 17));
-    let (count, sum) = refunds_at_provider(&app, &charge.provider_payment_id).await;
-    assert!(sum <= 1_000, "the provider refunded {sum} of a 1000 charge");
-    assert_eq!((count, sum), (33, 990));
     assert_eq!(app.refund_creates().await.len(), 33, "no refused refund reached the provider");
 }
 
@@ -145,6 +145,10 @@ async fn the_same_refund_key_with_other_parameters_is_a_mismatch(backend: Backen
     // A refund key that names a charge is a mismatch too, never a refund of it.
     let error = app.refund(refund_request("order-6:charge", "order-6:charge", None)).await.unwrap_err();
     assert_eq!(error_code(&error), "operation_mismatch");
+    // And a charge under a refund's key is a mismatch, never a charge.
+    let error = app.charge(charge_request("order-6:refund-1")).await.unwrap_err();
+    assert_eq!(error_code(&error), "operation_mismatch");
+    assert_eq!(app.creates().await.len(), 1, "only the first charge was sent");
     assert_eq!(Some(app.attempt_of("order-6:refund-1").await.attempt_id), first.attempt.map(|a| a.attempt_id));
     assert_eq!(app.refund_creates().await.len(), 1);
 }
@@ -233,7 +237,54 @@ async fn charges_show_their_refunds_and_lists_show_refund_rows(backend: Backend)
     assert_eq!((listed_charge.refunded_minor, listed_charge.refund_pending_minor), (250, 100));
 }
 
+/// Refunds `amount_minor` of `payment_id` at the provider behind chargeguard's back (a person
+/// in the dashboard), through the real Stripe client.
+async fn refund_outside_chargeguard(app: &TestApp, payment_id: &str, amount_minor: i64) {
+    use chargeguard::config::ProviderConfig;
+    use chargeguard::domain::{AttemptId, ConsumerName, IdempotencyKey, Metadata, OperationKey};
+    use chargeguard::provider::{CreateRefund, PaymentProvider, RefundOutcome, StripeProvider, StripeProviderConfig};
+    let config = StripeProviderConfig::from_config(&ProviderConfig {
+        api_key: Some(chargeguard::secret::Secret::new(crate::support::SIM_API_KEY)),
+        base_url: Some(app.simulator.base_url()),
+        ..ProviderConfig::default()
+    })
+    .unwrap();
+    let provider = StripeProvider::new(config).unwrap();
+    let outcome = provider
+        .create_refund(CreateRefund {
+            attempt_id: AttemptId::from_uuid(uuid::Uuid::new_v4()),
+            consumer: &ConsumerName::parse("dashboard").unwrap(),
+            operation_key: &OperationKey::parse("by-hand").unwrap(),
+            payment_id,
+            amount_minor,
+            reason: None,
+            metadata: &Metadata::default(),
+            idempotency_key: &IdempotencyKey::from_stored(format!("by-hand-{}", uuid::Uuid::new_v4())),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(outcome, RefundOutcome::Refund(_)), "{outcome:?}");
+}
+
+async fn a_refund_the_provider_refuses_fails_with_the_providers_code(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
+    let charge = charged(&app, "order-11:charge").await;
+    refund_outside_chargeguard(&app, &charge.provider_payment_id, 600).await;
+    // chargeguard believes 1000 are left; the provider has 400.
+    let response = app.refund(refund_request("order-11:refund-1", "order-11:charge", Some(800))).await.unwrap();
+    assert_eq!((outcome(&response), status(&response)), (ChargeOutcome::Applied, AttemptStatus::Failed));
+    let refund = response.attempt.unwrap();
+    assert_eq!(refund.failure_code, "amount_too_large", "{}", refund.failure_message);
+    assert_eq!(refunds_at_provider(&app, &charge.provider_payment_id).await, (1, 600), "nothing more moved");
+    // A failed refund holds nothing: the redelivery answers the failure, a new refund may use it.
+    let again = app.refund(refund_request("order-11:refund-1", "order-11:charge", Some(800))).await.unwrap();
+    assert_eq!((outcome(&again), status(&again)), (ChargeOutcome::Duplicate, AttemptStatus::Failed));
+    let shown = app.attempt_of("order-11:charge").await;
+    assert_eq!((shown.refunded_minor, shown.refund_pending_minor), (0, 0));
+}
+
 on_both_backends!(
+    a_refund_the_provider_refuses_fails_with_the_providers_code,
     a_full_refund_is_applied_once_with_its_own_key_and_metadata,
     two_partial_refunds_then_one_over_the_rest_is_refused_and_nothing_is_sent,
     without_an_amount_the_rest_is_refunded_and_its_redelivery_matches,

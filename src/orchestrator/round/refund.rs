@@ -3,9 +3,10 @@
 //! past the key window the charge's refunds are listed, paged like the charge lookup, and the
 //! one whose metadata names this attempt is adopted.
 
+use super::pages::Listed;
 use super::{LIST_PAGE_SIZE, Observation, RoundObservation};
 use crate::domain::{Attempt, Failure, ListProgress, RecoveryStep, RefundSnapshot, resolve_refund_snapshot};
-use crate::orchestrator::{Orchestrator, OrchestratorError, chrono_duration};
+use crate::orchestrator::{Orchestrator, OrchestratorError};
 use crate::provider::{CreateRefund, METADATA_ATTEMPT_ID, ProviderError, RefundOutcome};
 use crate::store::StoreError;
 use crate::domain::LeaseOwner;
@@ -36,14 +37,7 @@ impl Orchestrator {
                     Err(ProviderError::ReplayedFailure(message)) => {
                         tracing::warn!(attempt_id = %attempt.id, %message,
                             "the provider replays a saved failure for this refund key; listing the charge's refunds instead");
-                        metrics::counter!("chargeguard_replayed_failures_total").increment(1);
-                        let mut looked_up = self.look_up_refund(attempt, &payment_id, owner, false).await?;
-                        looked_up.calls_made += 1;
-                        looked_up.create_replays_failure = true;
-                        if looked_up.outcome.is_err() {
-                            looked_up.outcome = Err(ProviderError::ReplayedFailure(message));
-                        }
-                        looked_up
+                        self.look_up_refund(attempt, &payment_id, owner, false).await?.after_replayed_failure(message)
                     }
                     outcome => RoundObservation::of_call(outcome),
                 }
@@ -109,65 +103,17 @@ impl Orchestrator {
         conclusive: bool,
     ) -> Result<RoundObservation, OrchestratorError> {
         let attempt_id = attempt.id.to_string();
-        let mut found: Vec<RefundSnapshot> = Vec::new();
-        let mut calls_made = 0;
-        let mut progress = match &attempt.lookup_progress {
-            ListProgress::Complete => ListProgress::NotStarted,
-            other => other.clone(),
+        let belongs =
+            |refund: &RefundSnapshot| refund.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt_id);
+        let list_page = |cursor: Option<String>| async move {
+            let page = self.provider.list_refunds_for_payment(payment_id, cursor.as_deref(), LIST_PAGE_SIZE).await?;
+            Ok((page.refunds, page.next_cursor))
         };
-        for page_index in 0..self.settings.lookup_pages_per_round {
-            if page_index > 0 {
-                let lease = chrono_duration(self.settings.lease_duration);
-                let renewed = self.store.renew_lease(attempt.id, owner, lease, &progress, self.caller_time()).await?;
-                if !renewed {
-                    return Ok(RoundObservation {
-                        calls_made,
-                        lookup_progress: Some(progress),
-                        ..RoundObservation::of_call(Err(ProviderError::OutcomeUnknown(
-                            "the lease ran out during the refund lookup".to_owned(),
-                        )))
-                    });
-                }
-            }
-            calls_made += 1;
-            let page = match self.provider.list_refunds_for_payment(payment_id, progress.cursor(), LIST_PAGE_SIZE).await {
-                Ok(page) => page,
-                Err(error) => {
-                    return Ok(RoundObservation {
-                        calls_made,
-                        lookup_progress: Some(progress),
-                        ..RoundObservation::of_call(Err(error))
-                    });
-                }
-            };
-            found.extend(
-                page.refunds
-                    .into_iter()
-                    .filter(|refund| refund.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt_id)),
-            );
-            progress = match page.next_cursor {
-                Some(cursor) => ListProgress::After(cursor),
-                None => ListProgress::Complete,
-            };
-            if !found.is_empty() {
-                return Ok(adopted_refund(found, attempt, calls_made));
-            }
-            if progress == ListProgress::Complete {
-                break;
-            }
-        }
-        if progress != ListProgress::Complete {
-            metrics::counter!("chargeguard_lookup_rounds_continued_total").increment(1);
-            return Ok(RoundObservation {
-                calls_made,
-                lookup_progress: Some(progress),
-                lookup_unfinished: true,
-                ..RoundObservation::of_call(Err(ProviderError::OutcomeUnknown(format!(
-                    "refund lookup continues: {} list pages read this round",
-                    self.settings.lookup_pages_per_round
-                ))))
-            });
-        }
+        let calls_made = match self.list_pages(attempt, owner, 0, list_page, belongs).await? {
+            (Listed::Found(found), calls_made) => return Ok(adopted_refund(found, attempt, calls_made)),
+            (Listed::Stopped(observation), _) => return Ok(observation),
+            (Listed::Complete, calls_made) => calls_made,
+        };
         let outcome = if conclusive {
             Ok(Observation::failed(expired_refund(), None))
         } else {
