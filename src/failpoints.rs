@@ -10,9 +10,12 @@
 //! |--------------------------------|------------------------------------------------------------------|
 //! | `charge.before_pending_commit` | the call is validated, nothing is written yet                    |
 //! | `charge.after_pending_commit`  | the pending row is committed, the provider not yet called        |
-//! | `round.after_provider_call`    | the provider answered, the result is not yet recorded            |
+//! | `round.after_provider_call`    | the provider answered (a charge or a refund), the result is not yet recorded |
 //! | `charge.after_record`          | the result is recorded, the caller has not heard                 |
 //! | `attempts.after_previous_cancel` | attempt n's intent canceled at the provider, the cancel not yet recorded on n, attempt n + 1 not written |
+//! | `refund.before_pending_commit` | a refund call is validated, nothing is written yet               |
+//! | `refund.after_pending_commit`  | the pending refund row is committed, the provider not yet called |
+//! | `refund.after_record`          | the refund's result is recorded, the caller has not heard        |
 //! | `sweep.mid_batch`              | the sweep finished one row of its pass (others may be in flight) |
 //! | `webhook.mid_batch`            | the webhook worker settled one event of a claimed batch          |
 

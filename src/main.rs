@@ -35,6 +35,8 @@ enum Command {
     StripeSim(chargeguard::simulator::cli::SimArgs),
     /// Charges once per operation, through a running server.
     Charge(chargeguard::cli::ChargeArgs),
+    /// Refunds a charge once per refund operation, through a running server.
+    Refund(chargeguard::cli::RefundArgs),
     /// Reads attempts from a running server.
     Attempt(chargeguard::cli::AttemptArgs),
     /// Reconciles our attempts with the provider's payments for a period. Exit 0 clean,
@@ -139,6 +141,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Charge(args) => Ok(chargeguard::cli::charge(args).await),
+        Command::Refund(args) => Ok(chargeguard::cli::refund(args).await),
         Command::Attempt(chargeguard::cli::AttemptArgs {
             command: chargeguard::cli::AttemptCommand::Recheck(args),
         }) => {

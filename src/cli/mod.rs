@@ -1,4 +1,5 @@
-//! The client half of the command line: `chargeguard charge` and `chargeguard attempt get|list`
+//! The client half of the command line: `chargeguard charge`, `chargeguard refund` and
+//! `chargeguard attempt get|list`
 //! talk gRPC to a running server and print a table or JSON. Like any other consumer, they know
 //! the server only through the public API (`proto/`).
 //!
@@ -79,6 +80,32 @@ pub struct ChargeArgs {
     #[arg(long)]
     pub description: Option<String>,
     /// Metadata copied to the provider object, as key=value (repeatable).
+    #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    pub metadata: Vec<(String, String)>,
+}
+
+#[derive(Debug, clap::Args)]
+#[group(id = "charge", required = true, multiple = false, args = ["charge_operation", "charge_attempt"])]
+pub struct RefundArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// The refund's own business operation, e.g. order-1234:refund-1. The same operation with
+    /// the same parameters is the same refund, however often it is sent.
+    #[arg(long)]
+    pub operation: String,
+    /// The charge to refund, by its operation key (the operation's succeeded attempt).
+    #[arg(long)]
+    pub charge_operation: Option<String>,
+    /// The charge to refund, by its attempt id (a UUID).
+    #[arg(long)]
+    pub charge_attempt: Option<String>,
+    /// Amount in the charge currency's minor unit; what is left to refund when omitted.
+    #[arg(long, allow_negative_numbers = true)]
+    pub amount: Option<i64>,
+    /// duplicate, fraudulent or requested_by_customer.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Metadata copied to the provider's refund, as key=value (repeatable).
     #[arg(long = "metadata", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     pub metadata: Vec<(String, String)>,
 }
@@ -207,7 +234,32 @@ pub async fn charge(args: ChargeArgs) -> ExitCode {
         Ok::<_, ClientError>(client.charge(request).await?.into_inner())
     }
     .await;
-    finish(result, |response| render::charge(&response, json))
+    finish(result, |response| render::outcome(response.outcome, response.attempt.as_ref(), json))
+}
+
+/// `chargeguard refund`.
+pub async fn refund(args: RefundArgs) -> ExitCode {
+    use proto::refund_request::Charge;
+    let json = args.client.json;
+    let charge = match (args.charge_operation, args.charge_attempt) {
+        (Some(operation), _) => Charge::ChargeOperationKey(operation),
+        (None, Some(id)) => Charge::ChargeAttemptId(id),
+        (None, None) => unreachable!("clap requires one of --charge-operation and --charge-attempt"),
+    };
+    let result = async {
+        let metadata = metadata_map(args.metadata)?;
+        let mut client = connect::client(&args.client).await?;
+        let request = proto::RefundRequest {
+            operation_key: args.operation,
+            charge: Some(charge),
+            amount_minor: args.amount,
+            reason: args.reason,
+            metadata,
+        };
+        Ok::<_, ClientError>(client.refund(request).await?.into_inner())
+    }
+    .await;
+    finish(result, |response| render::outcome(response.outcome, response.attempt.as_ref(), json))
 }
 
 /// `chargeguard attempt get|list`.

@@ -9,18 +9,15 @@ use super::connect::ClientError;
 use crate::grpc::proto;
 use crate::grpc::{ATTEMPT_ID_METADATA, ERROR_CODE_METADATA};
 
-pub fn charge(response: &proto::ChargeResponse, json: bool) -> String {
-    let outcome = outcome_name(response.outcome);
+/// A `Charge` or `Refund` answer: its outcome and the attempt.
+pub fn outcome(outcome: i32, attempt: Option<&proto::Attempt>, json: bool) -> String {
+    let outcome = outcome_name(outcome);
     if json {
-        let attempt = response
-            .attempt
-            .as_ref()
-            .map(attempt_json)
-            .unwrap_or(Value::Null);
+        let attempt = attempt.map(attempt_json).unwrap_or(Value::Null);
         return pretty(&json!({ "outcome": outcome, "attempt": attempt }));
     }
     let mut rows = vec![("outcome", outcome)];
-    if let Some(attempt) = &response.attempt {
+    if let Some(attempt) = attempt {
         rows.extend(attempt_rows(attempt));
     }
     key_value_table(&rows)
@@ -44,12 +41,14 @@ pub fn list(response: &proto::ListAttemptsResponse, json: bool) -> String {
         "ATTEMPT ID",
         "OPERATION KEY",
         "ATTEMPT",
+        "KIND",
         "STATUS",
         "AMOUNT",
+        "REFUNDED",
         "CREATED AT",
         "PROVIDER ID",
     ];
-    let rows: Vec<[String; 7]> = response
+    let rows: Vec<[String; 9]> = response
         .attempts
         .iter()
         .map(|attempt| {
@@ -57,8 +56,10 @@ pub fn list(response: &proto::ListAttemptsResponse, json: bool) -> String {
                 attempt.attempt_id.clone(),
                 attempt.operation_key.clone(),
                 attempt.attempt_number.to_string(),
+                kind_name(attempt.kind),
                 status_name(attempt.status),
                 format!("{} {}", attempt.amount_minor, attempt.currency),
+                refunded_cell(attempt),
                 attempt.created_at.as_ref().map(rfc3339).unwrap_or_default(),
                 attempt.provider_payment_id.clone(),
             ]
@@ -112,6 +113,9 @@ fn attempt_rows(attempt: &proto::Attempt) -> Vec<(&'static str, String)> {
         ("operation_key", attempt.operation_key.clone()),
         ("attempt_number", attempt.attempt_number.to_string()),
         ("consumer", attempt.consumer.clone()),
+        ("kind", kind_name(attempt.kind)),
+        ("refund_of", attempt.parent_attempt_id.clone()),
+        ("refund_reason", attempt.refund_reason.clone()),
         ("status", status_name(attempt.status)),
         (
             "amount",
@@ -120,6 +124,7 @@ fn attempt_rows(attempt: &proto::Attempt) -> Vec<(&'static str, String)> {
                 attempt.amount_minor, attempt.currency
             ),
         ),
+        ("refunded", refunded_cell(attempt)),
         ("payment_method", attempt.payment_method.clone()),
         ("customer", attempt.customer.clone().unwrap_or_default()),
         (
@@ -167,6 +172,11 @@ fn attempt_json(attempt: &proto::Attempt) -> Value {
         "attempt_id": attempt.attempt_id,
         "consumer": attempt.consumer,
         "operation_key": attempt.operation_key,
+        "kind": kind_name(attempt.kind),
+        "parent_attempt_id": non_empty(&attempt.parent_attempt_id),
+        "refund_reason": non_empty(&attempt.refund_reason),
+        "refunded_minor": attempt.refunded_minor,
+        "refund_pending_minor": attempt.refund_pending_minor,
         "status": status_name(attempt.status),
         "amount_minor": attempt.amount_minor,
         "currency": attempt.currency,
@@ -207,6 +217,22 @@ fn status_name(status: i32) -> String {
     match proto::AttemptStatus::try_from(status) {
         Ok(status) => short_name(status.as_str_name(), "ATTEMPT_STATUS_"),
         Err(_) => format!("unknown({status})"),
+    }
+}
+
+fn kind_name(kind: i32) -> String {
+    match proto::AttemptKind::try_from(kind) {
+        Ok(kind) => short_name(kind.as_str_name(), "ATTEMPT_KIND_"),
+        Err(_) => format!("unknown({kind})"),
+    }
+}
+
+/// A charge's refunds, `250 (+100 pending)`; empty for refunds and unrefunded charges.
+fn refunded_cell(attempt: &proto::Attempt) -> String {
+    match (attempt.refunded_minor, attempt.refund_pending_minor) {
+        (0, 0) => String::new(),
+        (refunded, 0) => refunded.to_string(),
+        (refunded, pending) => format!("{refunded} (+{pending} pending)"),
     }
 }
 

@@ -13,6 +13,8 @@ mod operation;
 mod provider_payment;
 mod provider_refund;
 mod recovery;
+mod refund_request;
+mod refund_resolution;
 mod review;
 
 pub use attempt::{
@@ -29,12 +31,17 @@ pub use idempotency::{IdempotencyKey, derive_idempotency_key};
 pub use operation::{ConsumerName, OperationKey};
 pub use provider_payment::{PaymentSnapshot, ProviderPaymentStatus, Resolution, resolve_snapshot};
 pub use provider_refund::{RefundSnapshot, RefundStatus};
+pub use refund_request::{ChargeSelector, RefundRequest};
+pub use refund_resolution::resolve_refund_snapshot;
 pub use recovery::{
     CLOCK_SKEW_TOLERANCE, ClockReadings, KeyAge, KeyWindow, LookupResolution,
     PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step, lookup_created_range,
     resolve_confirmed, resolve_lookup,
 };
-pub use review::{SUCCEEDED_AFTER_FAILURE, shows_money_moved, succeeded_after_failure_reason};
+pub use review::{
+    DISPUTE, SUCCEEDED_AFTER_FAILURE, dispute_reason, shows_money_moved,
+    succeeded_after_failure_reason,
+};
 
 /// Why a value from outside could not become a domain value. `field` names the request field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

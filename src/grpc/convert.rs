@@ -6,11 +6,12 @@ use uuid::Uuid;
 
 use super::proto;
 use crate::domain::{
-    Attempt, AttemptId, AttemptKind, AttemptNumber, AttemptStatus, ChargeParams, ChargeRequest, Currency,
-    CustomerId, Description, InvalidField, Metadata, OperationKey, PaymentMethodId,
+    Attempt, AttemptId, AttemptKind, AttemptNumber, AttemptStatus, ChargeParams, ChargeRequest,
+    ChargeSelector, Currency, CustomerId, Description, InvalidField, Metadata, OperationKey,
+    PaymentMethodId, RefundReason, RefundRequest,
 };
 use crate::orchestrator::{AttemptSelector, ChargeOutcome};
-use crate::store::ListFilter;
+use crate::store::{ListFilter, RefundTotals};
 
 pub fn charge_request(request: &proto::ChargeRequest, amount_minor_max: i64) -> Result<ChargeRequest, InvalidField> {
     let operation_key = OperationKey::parse(&request.operation_key)?;
@@ -30,6 +31,32 @@ pub fn charge_request(request: &proto::ChargeRequest, amount_minor_max: i64) -> 
         metadata,
     )?;
     Ok(ChargeRequest { operation_key, attempt, params })
+}
+
+pub fn refund_request(request: &proto::RefundRequest) -> Result<RefundRequest, InvalidField> {
+    use proto::refund_request::Charge;
+    let operation_key = OperationKey::parse(&request.operation_key)?;
+    let renamed = |field: &'static str| move |error: InvalidField| InvalidField { field, ..error };
+    let charge = match &request.charge {
+        Some(Charge::ChargeAttemptId(id)) => {
+            attempt_id(id).map(ChargeSelector::AttemptId).map_err(renamed("charge_attempt_id"))?
+        }
+        Some(Charge::ChargeOperationKey(key)) => OperationKey::parse(key)
+            .map(ChargeSelector::OperationKey)
+            .map_err(renamed("charge_operation_key"))?,
+        None => return Err(InvalidField::new("charge", "set charge_attempt_id or charge_operation_key")),
+    };
+    let reason = request
+        .reason
+        .as_deref()
+        .map(|reason| {
+            RefundReason::parse(reason).ok_or_else(|| {
+                InvalidField::new("reason", "must be duplicate, fraudulent or requested_by_customer")
+            })
+        })
+        .transpose()?;
+    let metadata = Metadata::parse(&request.metadata)?;
+    RefundRequest::new(operation_key, charge, request.amount_minor, reason, metadata)
 }
 
 pub fn attempt_id(value: &str) -> Result<AttemptId, InvalidField> {
@@ -146,9 +173,19 @@ pub fn attempt_to_proto(attempt: &Attempt) -> proto::Attempt {
         attempt_number: attempt.attempt_number(),
         parent_attempt_id: attempt.parent_attempt_id.map(|id| id.to_string()).unwrap_or_default(),
         refund_reason: attempt.refund_reason.map(|reason| reason.as_str().to_owned()).unwrap_or_default(),
-        // Filled by the refund work (issue 15).
+        // A charge's refund totals come from `attempt_with_refunds`.
         refunded_minor: 0,
         refund_pending_minor: 0,
         refund_failed_after_success: attempt.failed_after_success_at.is_some(),
+    }
+}
+
+/// An attempt with its refunds summed (a charge's; a refund or an unrefunded charge has none).
+pub fn attempt_with_refunds(attempt: &Attempt, totals: Option<&RefundTotals>) -> proto::Attempt {
+    let totals = totals.copied().unwrap_or_default();
+    proto::Attempt {
+        refunded_minor: totals.refunded_minor,
+        refund_pending_minor: totals.pending_minor,
+        ..attempt_to_proto(attempt)
     }
 }

@@ -35,9 +35,13 @@ impl Payments for PaymentsService {
     }
 
     async fn refund(&self, request: Request<proto::RefundRequest>) -> Result<Response<proto::RefundResponse>, Status> {
-        // The refund work (issue 15) implements this; nothing is written or sent meanwhile.
-        self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
-        Err(Status::unimplemented("Refund is not implemented yet"))
+        let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        let refund = convert::refund_request(request.get_ref()).map_err(status::invalid_field)?;
+        let reply = self.orchestrator.refund(&consumer, refund).await.map_err(status::from_orchestrator)?;
+        Ok(Response::new(proto::RefundResponse {
+            attempt: Some(convert::attempt_to_proto(&reply.attempt)),
+            outcome: convert::outcome_to_proto(reply.outcome) as i32,
+        }))
     }
 
     async fn get_attempt(&self, request: Request<proto::GetAttemptRequest>) -> Result<Response<proto::GetAttemptResponse>, Status> {
@@ -46,7 +50,11 @@ impl Payments for PaymentsService {
         let attempt = self.orchestrator.get_attempt(&consumer, selector).await.map_err(status::from_orchestrator)?;
         let operation_attempts =
             self.orchestrator.operation_attempts(&consumer, &attempt).await.map_err(status::from_orchestrator)?;
-        Ok(Response::new(proto::GetAttemptResponse { attempt: Some(convert::attempt_to_proto(&attempt)), operation_attempts }))
+        let totals = self.orchestrator.refund_totals(std::slice::from_ref(&attempt)).await.map_err(status::from_orchestrator)?;
+        Ok(Response::new(proto::GetAttemptResponse {
+            attempt: Some(convert::attempt_with_refunds(&attempt, totals.get(&attempt.id))),
+            operation_attempts,
+        }))
     }
 
     async fn list_attempts(&self, request: Request<proto::ListAttemptsRequest>) -> Result<Response<proto::ListAttemptsResponse>, Status> {
@@ -62,8 +70,9 @@ impl Payments for PaymentsService {
             .list_attempts(&consumer, &filter, page_size, token)
             .await
             .map_err(status::from_orchestrator)?;
+        let totals = self.orchestrator.refund_totals(&page.attempts).await.map_err(status::from_orchestrator)?;
         Ok(Response::new(proto::ListAttemptsResponse {
-            attempts: page.attempts.iter().map(convert::attempt_to_proto).collect(),
+            attempts: page.attempts.iter().map(|attempt| convert::attempt_with_refunds(attempt, totals.get(&attempt.id))).collect(),
             next_page_token: page.next_page_token.unwrap_or_default(),
         }))
     }

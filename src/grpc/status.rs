@@ -7,7 +7,7 @@ use super::auth::AuthError;
 use super::{ATTEMPT_ID_METADATA, ERROR_CODE_METADATA};
 use crate::domain::{AttemptId, InvalidField};
 use crate::orchestrator::OrchestratorError;
-use crate::store::StoreError;
+use crate::store::{RefundRefusal, StoreError};
 
 fn status(code: Code, error_code: &'static str, message: String, attempt: Option<AttemptId>) -> Status {
     let mut status = Status::new(code, message);
@@ -71,6 +71,17 @@ pub fn from_orchestrator(error: OrchestratorError) -> Status {
             status(Code::FailedPrecondition, "attempt_out_of_order", error.to_string(), None)
         }
         OrchestratorError::NotFound => status(Code::NotFound, "not_found", "no such attempt".to_owned(), None),
+        OrchestratorError::RefundRefused(ref refusal) => {
+            // No refund attempt exists, so no attempt id is attached; the message names the charge.
+            let (code, error_code) = match refusal {
+                // Another consumer's charge is answered exactly like no charge at all.
+                RefundRefusal::ChargeNotFound => (Code::NotFound, "not_found"),
+                RefundRefusal::ChargeNotSucceeded { .. } => (Code::FailedPrecondition, "charge_not_succeeded"),
+                RefundRefusal::ChargeFullyRefunded { .. } => (Code::FailedPrecondition, "charge_fully_refunded"),
+                RefundRefusal::ExceedsCharge { .. } => (Code::FailedPrecondition, "refund_exceeds_charge"),
+            };
+            status(code, error_code, error.to_string(), None)
+        }
         OrchestratorError::InvalidPageToken => invalid_field(InvalidField::new("page_token", "is not a token this service issued")),
         OrchestratorError::Store(StoreError::Unavailable(detail)) => {
             tracing::warn!(error = %detail, "database unavailable");

@@ -123,17 +123,7 @@ impl Orchestrator {
                 InsertOutcome::Inserted(attempt) => {
                     tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
                     crate::failpoints::crash_point("charge.after_pending_commit");
-                    // The row was just written on the database's clock: that write is the
-                    // database's reading for this round's decision.
-                    let database_now = attempt.updated_at;
-                    let end = self.run_round(Leased { attempt, database_now }, owner).await?;
-                    let (attempt, writer) = answered(end)?;
-                    crate::failpoints::crash_point("charge.after_record");
-                    let outcome = match writer {
-                        RoundWriter::ThisRound => ChargeOutcome::Applied,
-                        RoundWriter::Other => ChargeOutcome::Duplicate,
-                    };
-                    Ok(ChargeReply { attempt, outcome })
+                    self.answer_inserted(attempt, owner, "charge.after_record").await
                 }
                 InsertOutcome::Existing(attempt) => {
                     tracing::Span::current().record("attempt_id", tracing::field::display(attempt.id));
@@ -150,19 +140,51 @@ impl Orchestrator {
         }
     }
 
-    /// The operation was requested before: answer from the row, reconcile it, or wait for the
-    /// call that holds it.
     async fn charge_existing(
         &self,
         request: &ChargeRequest,
         fingerprint: &Fingerprint,
+        attempt: Attempt,
+    ) -> Result<ChargeReply, OrchestratorError> {
+        self.answer_existing(fingerprint, attempt, |stored| stored.params.differing_fields(&request.params)).await
+    }
+
+    /// The first round of a row this call just inserted (and holds the lease of), answered as
+    /// `APPLIED` when this round decided it. Charges and refunds alike; `after_record` names the
+    /// crash point between the recorded result and the answer.
+    pub(super) async fn answer_inserted(
+        &self,
+        attempt: Attempt,
+        owner: LeaseOwner,
+        after_record: &'static str,
+    ) -> Result<ChargeReply, OrchestratorError> {
+        // The row was just written on the database's clock: that write is the database's
+        // reading for this round's decision.
+        let database_now = attempt.updated_at;
+        let end = self.run_round(Leased { attempt, database_now }, owner).await?;
+        let (attempt, writer) = answered(end)?;
+        crate::failpoints::crash_point(after_record);
+        let outcome = match writer {
+            RoundWriter::ThisRound => ChargeOutcome::Applied,
+            RoundWriter::Other => ChargeOutcome::Duplicate,
+        };
+        Ok(ChargeReply { attempt, outcome })
+    }
+
+    /// The operation was requested before: answer from the row, reconcile it, or wait for the
+    /// call that holds it. `differing_fields` names, for a mismatch error, what the request
+    /// changed against the stored row (charges and refunds compare differently).
+    pub(super) async fn answer_existing(
+        &self,
+        fingerprint: &Fingerprint,
         mut attempt: Attempt,
+        differing_fields: impl FnOnce(&Attempt) -> Vec<&'static str>,
     ) -> Result<ChargeReply, OrchestratorError> {
         if attempt.fingerprint != *fingerprint {
             return Err(OrchestratorError::FingerprintMismatch {
                 operation_key: attempt.operation_key.clone(),
                 attempt_id: attempt.id,
-                fields: attempt.params.differing_fields(&request.params),
+                fields: differing_fields(&attempt),
             });
         }
         let deadline = Instant::now() + self.settings.concurrent_wait_max;

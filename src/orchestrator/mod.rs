@@ -6,6 +6,7 @@ mod attempts;
 mod charge;
 mod outcome_cache;
 mod queries;
+mod refund;
 mod review;
 mod round;
 mod sweep;
@@ -104,6 +105,9 @@ pub enum OrchestratorError {
     PreviousCancelUnfinished { operation_key: OperationKey, attempt_id: AttemptId, reason: String },
     #[error("no such attempt")]
     NotFound,
+    /// The refund's inserting statement refused it; nothing was written or sent.
+    #[error("{}", refund::refusal_message(.0))]
+    RefundRefused(crate::store::RefundRefusal),
     #[error("attempt {attempt_id} is not flagged for review, or is already decided")]
     NotFlagged { attempt_id: AttemptId },
     #[error("invalid page token")]

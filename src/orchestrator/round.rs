@@ -1,6 +1,9 @@
 //! One round with the provider for an attempt whose lease the caller holds: choose the step,
 //! make the call, classify the answer, write it with a guarded update, release the lease.
 
+mod pages;
+mod refund;
+
 use std::time::Instant;
 
 use chrono::Duration;
@@ -8,7 +11,7 @@ use uuid::Uuid;
 
 use super::{Orchestrator, OrchestratorError, chrono_duration};
 use crate::domain::{
-    Attempt, AttemptStatus, ClockReadings, LeaseOwner, ListProgress, LookupResolution,
+    Attempt, AttemptKind, AttemptStatus, ClockReadings, LeaseOwner, ListProgress, LookupResolution,
     PaymentSnapshot, RecoveryStep, Resolution, choose_recovery_step, lookup_created_range,
     resolve_confirmed, resolve_lookup, resolve_snapshot,
 };
@@ -63,6 +66,19 @@ struct RoundObservation {
 impl RoundObservation {
     fn of_call(outcome: Result<Observation, ProviderError>) -> Self {
         Self { outcome, calls_made: 1, create_replays_failure: false, lookup_progress: None, lookup_unfinished: false }
+    }
+
+    /// A lookup made because the provider replayed a saved failure for the create: the create
+    /// counts as a call, the key is never sent again (sticky), and when the lookup found nothing
+    /// to adopt the caller hears of the replayed failure.
+    fn after_replayed_failure(mut self, message: String) -> Self {
+        metrics::counter!("chargeguard_replayed_failures_total").increment(1);
+        self.calls_made += 1;
+        self.create_replays_failure = true;
+        if self.outcome.is_err() {
+            self.outcome = Err(ProviderError::ReplayedFailure(message));
+        }
+        self
     }
 }
 
@@ -190,6 +206,9 @@ impl Orchestrator {
         step: &RecoveryStep,
         owner: LeaseOwner,
     ) -> Result<RoundObservation, OrchestratorError> {
+        if attempt.kind == AttemptKind::Refund {
+            return self.observe_refund(attempt, step, owner).await;
+        }
         Ok(match step {
             RecoveryStep::ResendCreate => match self.send_create(attempt).await {
                 // The provider will answer this key with the same failure for as long as it
@@ -197,14 +216,7 @@ impl Orchestrator {
                 Err(ProviderError::ReplayedFailure(message)) => {
                     tracing::warn!(attempt_id = %attempt.id, %message,
                         "the provider replays a saved failure for this key; looking the payment up instead");
-                    metrics::counter!("chargeguard_replayed_failures_total").increment(1);
-                    let mut looked_up = self.look_up(attempt, owner, false).await?;
-                    looked_up.calls_made += 1;
-                    looked_up.create_replays_failure = true;
-                    if looked_up.outcome.is_err() {
-                        looked_up.outcome = Err(ProviderError::ReplayedFailure(message));
-                    }
-                    looked_up
+                    self.look_up(attempt, owner, false).await?.after_replayed_failure(message)
                 }
                 outcome => RoundObservation::of_call(outcome),
             },
@@ -305,9 +317,9 @@ impl Orchestrator {
         owner: LeaseOwner,
         conclusive: bool,
     ) -> Result<RoundObservation, OrchestratorError> {
-        let mut calls_made = 1;
+        let calls_made = 1;
         let searched = self.provider.search_payments_for_attempt(attempt.id).await;
-        let mut found = match &searched {
+        let found = match &searched {
             Ok(found) => found.clone(),
             Err(error) => {
                 tracing::warn!(attempt_id = %attempt.id, %error, "search failed; listing instead");
@@ -327,60 +339,17 @@ impl Orchestrator {
         let belongs = |snapshot: &PaymentSnapshot| {
             snapshot.metadata.get(METADATA_ATTEMPT_ID).is_some_and(|id| *id == attempt_id)
         };
-        let mut progress = match &attempt.lookup_progress {
-            ListProgress::Complete => ListProgress::NotStarted,
-            other => other.clone(),
+        let list_page = |cursor: Option<String>| async move {
+            let page = self.provider.list_payments(created, cursor.as_deref(), LIST_PAGE_SIZE).await?;
+            Ok((page.payments, page.next_cursor))
         };
-        for page_index in 0..self.settings.lookup_pages_per_round {
-            if page_index > 0 {
-                let lease = chrono_duration(self.settings.lease_duration);
-                let renewed =
-                    self.store.renew_lease(attempt.id, owner, lease, &progress, self.caller_time()).await?;
-                if !renewed {
-                    return Ok(RoundObservation {
-                        calls_made,
-                        lookup_progress: Some(progress),
-                        ..RoundObservation::of_call(Err(ProviderError::OutcomeUnknown(
-                            "the lease ran out during the lookup".to_owned(),
-                        )))
-                    });
-                }
-            }
-            calls_made += 1;
-            let page = match self.provider.list_payments(created, progress.cursor(), LIST_PAGE_SIZE).await {
-                Ok(page) => page,
-                Err(error) => {
-                    return Ok(RoundObservation {
-                        calls_made,
-                        lookup_progress: Some(progress),
-                        ..RoundObservation::of_call(Err(error))
-                    });
-                }
-            };
-            found.extend(page.payments.into_iter().filter(|snapshot| belongs(snapshot)));
-            progress = match page.next_cursor {
-                Some(cursor) => ListProgress::After(cursor),
-                None => ListProgress::Complete,
-            };
-            if !found.is_empty() {
+        let calls_made = match self.list_pages(attempt, owner, calls_made, list_page, belongs).await? {
+            (pages::Listed::Found(found), calls_made) => {
                 return Ok(adopted(found, attempt, calls_made, ListProgress::NotStarted));
             }
-            if progress == ListProgress::Complete {
-                break;
-            }
-        }
-        if progress != ListProgress::Complete {
-            metrics::counter!("chargeguard_lookup_rounds_continued_total").increment(1);
-            return Ok(RoundObservation {
-                calls_made,
-                lookup_progress: Some(progress),
-                lookup_unfinished: true,
-                ..RoundObservation::of_call(Err(ProviderError::OutcomeUnknown(format!(
-                    "lookup by metadata continues: {} list pages read this round",
-                    self.settings.lookup_pages_per_round
-                ))))
-            });
-        }
+            (pages::Listed::Stopped(observation), _) => return Ok(observation),
+            (pages::Listed::Complete, calls_made) => calls_made,
+        };
         // The listing is complete and found nothing. Objects can still appear while some
         // replica may send the key, so the next round lists again from the start.
         let outcome = match (conclusive, searched) {

@@ -7,10 +7,13 @@ pub mod inbox;
 pub mod open;
 pub mod postgres;
 mod postgres_inbox;
+mod postgres_refund;
 mod row;
 pub mod sqlite;
+mod sqlite_refund;
 pub mod postgres_bench;
 mod postgres_report;
+pub mod refund;
 pub mod report;
 
 use async_trait::async_trait;
@@ -24,6 +27,7 @@ use crate::domain::{
 pub use inbox::InboxStore;
 pub use open::{DatabaseLocation, OpenedStore, open};
 pub use postgres::PostgresStore;
+pub use refund::{NewRefund, REFUND_TOTALS_PARENTS_MAX, RefundInsertOutcome, RefundRefusal, RefundTotals};
 pub use report::{ReportStore, RunId, StagedPayment};
 pub use sqlite::SqliteStore;
 
@@ -251,6 +255,18 @@ pub trait AttemptStore: Send + Sync + 'static {
     /// NOTHING`) and the rule of `domain::admit` lets it in, the check and the insert in one
     /// statement (PostgreSQL) or one short transaction (SQLite).
     async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError>;
+
+    /// Inserts a pending refund unless its operation exists, in one statement that finds the
+    /// caller's charge, refuses one not succeeded or without enough left, and holds the
+    /// charge's row lock while it sums the charge's refunds and inserts.
+    async fn insert_pending_refund(&self, new: &NewRefund) -> Result<RefundInsertOutcome, StoreError>;
+
+    /// The refund totals of each charge in `charge_ids` (at most `REFUND_TOTALS_PARENTS_MAX`);
+    /// charges without refunds are absent.
+    async fn refund_totals(
+        &self,
+        charge_ids: &[AttemptId],
+    ) -> Result<std::collections::HashMap<AttemptId, RefundTotals>, StoreError>;
 
     async fn find_by_operation(
         &self,

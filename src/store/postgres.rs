@@ -164,6 +164,20 @@ impl AttemptStore for PostgresStore {
         conflict_winner(self, new).await
     }
 
+    async fn insert_pending_refund(
+        &self,
+        new: &super::NewRefund,
+    ) -> Result<super::RefundInsertOutcome, StoreError> {
+        self.insert_pending_refund_statement(new).await
+    }
+
+    async fn refund_totals(
+        &self,
+        charge_ids: &[AttemptId],
+    ) -> Result<std::collections::HashMap<AttemptId, super::RefundTotals>, StoreError> {
+        self.refund_totals_statement(charge_ids).await
+    }
+
     async fn find_by_operation(
         &self,
         consumer: &ConsumerName,

@@ -151,7 +151,7 @@ impl SqliteStore {
     }
 }
 
-fn unavailable(error: sqlx::Error) -> StoreError {
+pub(super) fn unavailable(error: sqlx::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
@@ -331,6 +331,20 @@ impl AttemptStore for SqliteStore {
         .await
         .map_err(unavailable)?;
         Ok(updated.rows_affected() == 1)
+    }
+
+    async fn insert_pending_refund(
+        &self,
+        new: &super::NewRefund,
+    ) -> Result<super::RefundInsertOutcome, StoreError> {
+        self.insert_pending_refund_transaction(new).await
+    }
+
+    async fn refund_totals(
+        &self,
+        charge_ids: &[AttemptId],
+    ) -> Result<std::collections::HashMap<AttemptId, super::RefundTotals>, StoreError> {
+        self.refund_totals_statement(charge_ids).await
     }
 
     async fn find_by_operation(

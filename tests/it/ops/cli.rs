@@ -291,3 +291,48 @@ async fn a_second_attempt_through_the_cli_and_the_attempts_of_an_operation() {
         "{table}"
     );
 }
+
+#[tokio::test]
+async fn refund_through_the_cli_then_get_and_list_show_it() {
+    let app = TestApp::spawn().await;
+    let charge = json(&cli(&app, ORDERS_TOKEN, &CHARGE).await);
+    let charge_id = charge["attempt"]["attempt_id"].as_str().unwrap().to_owned();
+    let refund_args = [
+        "refund",
+        "--operation",
+        "order-cli:refund-1",
+        "--charge-operation",
+        "order-cli:charge",
+        "--amount",
+        "1000",
+        "--reason",
+        "requested_by_customer",
+        "--metadata",
+        "return=cli",
+        "--json",
+    ];
+    let refund = json(&cli(&app, ORDERS_TOKEN, &refund_args).await);
+    assert_eq!(refund["outcome"], "applied");
+    assert_eq!(refund["attempt"]["kind"], "refund");
+    assert_eq!(refund["attempt"]["status"], "succeeded");
+    assert_eq!(refund["attempt"]["parent_attempt_id"], charge_id.as_str());
+    assert_eq!(refund["attempt"]["refund_reason"], "requested_by_customer");
+    let again = json(&cli(&app, ORDERS_TOKEN, &refund_args).await);
+    assert_eq!(again["outcome"], "duplicate");
+    assert_eq!(app.sim().ledger().await.unwrap().refunds.len(), 1, "refunded once");
+
+    let shown = json(&cli(&app, ORDERS_TOKEN, &["attempt", "get", "--id", &charge_id, "--json"]).await);
+    assert_eq!((shown["refunded_minor"].as_i64(), shown["refund_pending_minor"].as_i64()), (Some(1000), Some(0)));
+    let list = cli(&app, ORDERS_TOKEN, &["attempt", "list"]).await;
+    let table = stdout(&list);
+    let refund_row = table.lines().find(|line| line.contains("order-cli:refund-1")).expect("the refund is listed");
+    assert!(refund_row.contains("refund") && refund_row.contains("1000 usd"), "{table}");
+    let charge_row = table.lines().find(|line| line.contains(&charge_id)).unwrap();
+    assert!(charge_row.contains("charge") && charge_row.contains("2500 usd  1000"), "{table}");
+
+    let over = cli(&app, ORDERS_TOKEN, &["refund", "--operation", "order-cli:refund-2", "--charge-attempt", &charge_id, "--amount", "1501"]).await;
+    assert_eq!(over.status.code(), Some(1));
+    assert!(stderr(&over).contains("refund_exceeds_charge") && stderr(&over).contains("1500"), "{}", stderr(&over));
+    let neither = cli(&app, ORDERS_TOKEN, &["refund", "--operation", "order-cli:refund-3"]).await;
+    assert_eq!(neither.status.code(), Some(2), "one of --charge-operation and --charge-attempt is required");
+}

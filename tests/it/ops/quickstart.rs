@@ -84,6 +84,24 @@ async fn the_readme_quickstart_serves_on_embedded_defaults_and_charges_once() {
     assert_eq!(row(&again_table, "outcome"), "duplicate", "{again_table}");
     assert_eq!(row(&again_table, "attempt_id"), row(&table, "attempt_id"));
 
+    // The refund example: applied once, its redelivery a duplicate.
+    let refund_args = readme_command("quickstart-refund");
+    assert_eq!(refund_args[0], "refund");
+    for expected in ["applied", "duplicate"] {
+        let refund = command(dir.path())
+            .args(&refund_args)
+            .args(["--server", &server_flag])
+            .output()
+            .await
+            .unwrap();
+        let refund_table = String::from_utf8(refund.stdout).unwrap();
+        assert!(refund.status.success(), "{}", String::from_utf8_lossy(&refund.stderr));
+        assert_eq!(row(&refund_table, "outcome"), expected, "{refund_table}");
+        assert_eq!(row(&refund_table, "kind"), "refund", "{refund_table}");
+        assert_eq!(row(&refund_table, "refund_of"), row(&table, "attempt_id"), "{refund_table}");
+        assert_eq!(row(&refund_table, "status"), "succeeded", "{refund_table}");
+    }
+
     // The server's own /metrics counted both answers.
     let metrics = reqwest::get(format!("http://{}/metrics", server.http_addr))
         .await
@@ -99,6 +117,10 @@ async fn the_readme_quickstart_serves_on_embedded_defaults_and_charges_once() {
         metrics.contains("chargeguard_charges_total{outcome=\"duplicate\"} 1"),
         "{metrics}"
     );
+    for outcome in ["applied", "duplicate"] {
+        let line = format!("chargeguard_refunds_total{{outcome=\"{outcome}\"}} 1");
+        assert!(metrics.contains(&line), "{metrics}");
+    }
 
     server.terminate();
     let exit = server.wait_exit().await;

@@ -300,6 +300,13 @@ impl ChildProcess {
         client.charge(authed(ORDERS_TOKEN, request)).await.map(|response| response.into_inner())
     }
 
+    pub async fn refund(&self, request: chargeguard::grpc::proto::RefundRequest) -> Result<chargeguard::grpc::proto::RefundResponse, tonic::Status> {
+        let endpoint = format!("http://{}", self.grpc_addr.expect("started with serve()"));
+        let mut client =
+            PaymentsClient::connect(endpoint).await.expect("gRPC connects to the child");
+        client.refund(authed(ORDERS_TOKEN, request)).await.map(|response| response.into_inner())
+    }
+
     /// Waits for the child to exit and checks that it stopped at its crash point.
     pub async fn expect_crash(mut self) {
         let status = match tokio::time::timeout(CHILD_WAIT_MAX, self.process.wait()).await {

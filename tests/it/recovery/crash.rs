@@ -19,7 +19,7 @@ use super::{
     advance, assert_settled, creates_with_key, minutes, seed_due_rows, stored, sweep_until_idle,
 };
 use crate::support::faketime::ClockOffset;
-use crate::support::{TestApp, attempt_request as attempt, charge_request, outcome_of, status_of};
+use crate::support::{TestApp, attempt_request as attempt, charge_request, outcome_of, refund_request, status_of};
 
 /// The dying process's clock in the skewed rows: 2 h fast.
 const FAST_CHILD_CLOCK: ClockOffset = ClockOffset::minutes(120);
@@ -243,6 +243,119 @@ async fn a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_lea
     let operations: Vec<&str> = operations.iter().map(String::as_str).collect();
     assert_settled(&app, &operations).await;
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), seeded.len());
+}
+
+// Refunds: the same rows, for a refund of a succeeded charge (issue 15). Each ends with exactly
+// one provider refund per refund operation, counted in the simulator's ledger.
+
+/// Refunds 400 of `charge_operation` as `operation` in a child that stops at `failpoint`.
+async fn crash_during_refund(app: &TestApp, failpoint: &str, operation: &str, charge_operation: &str) {
+    let child = ChildProcess::serve(app, ChildSpec::crashing_at(failpoint)).await;
+    let lost = child.refund(refund_request(operation, charge_operation, Some(400))).await;
+    assert!(lost.is_err(), "the caller never hears from a process that died: {lost:?}");
+    child.expect_crash().await;
+}
+
+fn refund_outcome(response: &chargeguard::grpc::proto::RefundResponse) -> ChargeOutcome {
+    ChargeOutcome::try_from(response.outcome).unwrap()
+}
+
+/// Each refund operation is succeeded with exactly one provider refund, the one it adopted.
+async fn assert_refunds_settled(app: &TestApp, operations: &[&str]) {
+    let ledger = app.sim().ledger().await.unwrap();
+    for operation in operations {
+        let attempt = stored(app, operation).await;
+        assert_eq!(attempt.status, AttemptStatus::Succeeded, "{operation}");
+        let id = attempt.id.to_string();
+        let refunds: Vec<_> = ledger
+            .refunds
+            .iter()
+            .filter(|refund| refund.metadata.get("chargeguard_attempt_id") == Some(&id))
+            .collect();
+        assert_eq!(refunds.len(), 1, "{operation}: one refund at the provider");
+        assert_eq!(attempt.provider_payment_id.as_deref(), Some(refunds[0].id.as_str()));
+    }
+}
+
+#[tokio::test]
+async fn refund_crash_before_the_pending_commit_leaves_nothing_and_the_retry_refunds_once() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    app.charge(charge_request("refund-crash-1:charge")).await.unwrap();
+    crash_during_refund(&app, "refund.before_pending_commit", "refund-crash-1", "refund-crash-1:charge").await;
+    assert_eq!(app.attempt_rows().await, 1, "only the charge was recorded");
+    assert!(app.refund_creates().await.is_empty(), "nothing was sent");
+    assert_eq!(app.orchestrator.try_sweep_once().await.unwrap().claimed, 0, "nothing to recover");
+
+    let retry = app.refund(refund_request("refund-crash-1", "refund-crash-1:charge", Some(400))).await.unwrap();
+    assert_eq!(refund_outcome(&retry), ChargeOutcome::Applied);
+    assert_refunds_settled(&app, &["refund-crash-1"]).await;
+    assert_eq!(app.sim().ledger().await.unwrap().refunds.len(), 1);
+}
+
+#[tokio::test]
+async fn refund_crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_sweep() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    app.charge(charge_request("refund-crash-2:charge")).await.unwrap();
+    let operations = ["refund-crash-2-redelivered", "refund-crash-2-swept"];
+    for operation in operations {
+        crash_during_refund(&app, "refund.after_pending_commit", operation, "refund-crash-2:charge").await;
+        let attempt = stored(&app, operation).await;
+        assert_eq!(attempt.status, AttemptStatus::Pending);
+        assert!(attempt.lease.is_some(), "the dead process still holds its lease");
+    }
+    assert!(app.refund_creates().await.is_empty(), "the provider was never called");
+    // The pending refunds hold their amounts: 800 of 1000 are taken.
+    let error = app.refund(refund_request("refund-crash-2-third", "refund-crash-2:charge", Some(201))).await.unwrap_err();
+    assert_eq!(crate::support::error_code(&error), "refund_exceeds_charge");
+    advance(&app, minutes(2)).await;
+
+    let redelivered = app.refund(refund_request(operations[0], "refund-crash-2:charge", Some(400))).await.unwrap();
+    assert_eq!(refund_outcome(&redelivered), ChargeOutcome::Reconciled);
+    let swept = app.orchestrator.try_sweep_once().await.unwrap();
+    assert_eq!((swept.claimed, swept.succeeded), (1, 1), "{swept}");
+    assert_refunds_settled(&app, &operations).await;
+    assert_eq!(app.sim().ledger().await.unwrap().refunds.len(), 2);
+    assert_eq!(app.refund_creates().await.len(), 2, "inside the window: each key once");
+}
+
+#[tokio::test]
+async fn refund_crash_after_the_provider_refunded_is_adopted_by_redelivery_or_by_the_sweep() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    app.charge(charge_request("refund-crash-3:charge")).await.unwrap();
+    let operations = ["refund-crash-3-redelivered", "refund-crash-3-swept"];
+    for operation in operations {
+        crash_during_refund(&app, "round.after_provider_call", operation, "refund-crash-3:charge").await;
+        let attempt = stored(&app, operation).await;
+        assert_eq!((attempt.status, attempt.provider_payment_id), (AttemptStatus::Pending, None), "never recorded");
+    }
+    assert_eq!(app.sim().ledger().await.unwrap().refunds.len(), 2, "the provider refunded each");
+    advance(&app, minutes(2)).await;
+
+    let redelivered = app.refund(refund_request(operations[0], "refund-crash-3:charge", Some(400))).await.unwrap();
+    assert_eq!(refund_outcome(&redelivered), ChargeOutcome::Reconciled);
+    let swept = app.orchestrator.try_sweep_once().await.unwrap();
+    assert_eq!((swept.claimed, swept.succeeded), (1, 1), "{swept}");
+    let replays = app.refund_creates().await.into_iter().filter(|r| r.replayed).count();
+    assert_eq!(replays, 2, "both re-sends were answered from the provider's key store");
+    assert_refunds_settled(&app, &operations).await;
+    assert_eq!(app.sim().ledger().await.unwrap().refunds.len(), 2);
+}
+
+#[tokio::test]
+async fn refund_crash_after_the_result_is_recorded_answers_the_duplicate_from_the_record() {
+    let app = TestApp::spawn_on_fake_clock().await;
+    app.charge(charge_request("refund-crash-4:charge")).await.unwrap();
+    crash_during_refund(&app, "refund.after_record", "refund-crash-4", "refund-crash-4:charge").await;
+    let recorded = stored(&app, "refund-crash-4").await;
+    assert_eq!(recorded.status, AttemptStatus::Succeeded);
+
+    let duplicate = app.refund(refund_request("refund-crash-4", "refund-crash-4:charge", Some(400))).await.unwrap();
+    assert_eq!(refund_outcome(&duplicate), ChargeOutcome::Duplicate);
+    assert_eq!(Some(duplicate.attempt.unwrap().provider_payment_id), recorded.provider_payment_id);
+    advance(&app, minutes(2)).await;
+    assert_eq!(app.orchestrator.try_sweep_once().await.unwrap().claimed, 0, "a terminal row is not swept");
+    assert_eq!(app.refund_creates().await.len(), 1, "nothing was sent again");
+    assert_refunds_settled(&app, &["refund-crash-4"]).await;
 }
 
 with_child_clocks!(

@@ -7,6 +7,7 @@ mod crash;
 mod key_window;
 mod lookup;
 mod outage;
+mod refund_window;
 mod replayed;
 mod skew;
 

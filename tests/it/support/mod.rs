@@ -167,6 +167,22 @@ impl TestApp {
         log.into_iter().filter(|r| r.method == "POST" && r.path == "/v1/payment_intents").collect()
     }
 
+    /// Refund creates (`POST /v1/refunds`) the simulator received, in order.
+    pub async fn refund_creates(&self) -> Vec<RequestLogEntry> {
+        let log = self.sim().requests().await.unwrap();
+        log.into_iter().filter(|r| r.method == "POST" && r.path == "/v1/refunds").collect()
+    }
+
+    /// Refunds as the `orders` consumer.
+    pub async fn refund(&self, request: proto::RefundRequest) -> Result<proto::RefundResponse, Status> {
+        self.refund_as(ORDERS_TOKEN, request).await
+    }
+
+    pub async fn refund_as(&self, token: &str, request: proto::RefundRequest) -> Result<proto::RefundResponse, Status> {
+        let mut client = self.client().await;
+        client.refund(authed(token, request)).await.map(|response| response.into_inner())
+    }
+
     pub fn sim(&self) -> SimControl {
         self.simulator.control()
     }
@@ -233,6 +249,18 @@ pub fn charge_request(operation_key: &str) -> ChargeRequest {
 /// [`charge_request`].
 pub fn attempt_request(operation_key: &str, number: u32, payment_method: &str) -> ChargeRequest {
     ChargeRequest { attempt: Some(number), payment_method: payment_method.to_owned(), ..charge_request(operation_key) }
+}
+
+/// A refund `operation_key` of the charge operation `charge_operation_key`; `amount_minor`
+/// `None` refunds what is left.
+pub fn refund_request(operation_key: &str, charge_operation_key: &str, amount_minor: Option<i64>) -> proto::RefundRequest {
+    proto::RefundRequest {
+        operation_key: operation_key.to_owned(),
+        charge: Some(proto::refund_request::Charge::ChargeOperationKey(charge_operation_key.to_owned())),
+        amount_minor,
+        reason: Some("requested_by_customer".to_owned()),
+        metadata: [("return_id".to_owned(), operation_key.to_owned())].into(),
+    }
 }
 
 pub fn status_of(response: &ChargeResponse) -> proto::AttemptStatus {
