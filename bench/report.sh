@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measures `chargeguard report` over ATTEMPTS (default 100,000) charge attempts and as many
-# provider objects, plus seeded discrepancies: wall time and peak RSS (/usr/bin/time -v) of the
+# provider objects, a fifth of them refunded (every tenth fully, every tenth + 3 partly, each
+# refund also a refund attempt), plus seeded discrepancies: wall time and peak RSS (/usr/bin/time -v) of the
 # CSV, JSON and HTML runs. Needs PostgreSQL on 127.0.0.1:5432 (trust, user postgres), python3,
 # and /usr/bin/time. Writes its figures to standard output; BENCHMARKS.md records a run.
 set -euo pipefail
@@ -13,8 +14,12 @@ DB=cg_bench_report
 ADMIN_URL=postgres://postgres@127.0.0.1:5432/postgres
 WORK=$(mktemp -d)
 
-cargo build --release --quiet
-BIN=target/release/chargeguard
+# BIN=path/to/chargeguard measures a binary already built (figures from a debug build are not
+# comparable with a release build's time, only its memory).
+if [ -z "${BIN:-}" ]; then
+    cargo build --release --quiet
+    BIN=target/release/chargeguard
+fi
 
 psql -q "$ADMIN_URL" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
 export CHARGEGUARD_DATABASE__URL=postgres://postgres@127.0.0.1:5432/$DB
@@ -46,6 +51,18 @@ SELECT md5('bench-' || i)::uuid, 'bench', 'bench-' || i, 'charge', 1000, 'usd', 
        'bench', 'succeeded', 'stripe', 'succeeded', 'bench-key-' || i, at, at, at, at
 FROM generate_series(0, $ATTEMPTS + $MISSING - 1) AS i,
      LATERAL (SELECT to_timestamp($START + (i / 100) * 605 + (i % 100) * 0.01) AS at) AS timeline;
+-- The refund attempts of the refunds report_seed.py made (same rule: i % 10 = 0 fully, = 3 for
+-- 300), succeeded and claimed by the refunds' metadata.
+INSERT INTO payment_attempts (id, consumer, operation_key, kind, parent_attempt_id, amount_minor,
+    currency, payment_method, fingerprint, status, provider, provider_status, idempotency_key,
+    key_window_started_at, next_check_at, created_at, updated_at)
+SELECT md5('bench-refund-' || i)::uuid, 'bench', 'bench-' || i || ':refund-1', 'refund',
+       md5('bench-' || i)::uuid, CASE WHEN i % 10 = 0 THEN 1000 ELSE 300 END, 'usd',
+       'pm_card_visa', 'bench', 'succeeded', 'stripe', 'succeeded', 'bench-refund-key-' || i,
+       at, at, at, at
+FROM generate_series(0, $ATTEMPTS - 1) AS i,
+     LATERAL (SELECT to_timestamp($START + (i / 100) * 605 + (i % 100) * 0.01 + 0.001) AS at) AS timeline
+WHERE i % 10 IN (0, 3);
 ANALYZE payment_attempts;
 SQL
 
@@ -64,5 +81,5 @@ for format in csv json html; do
 sys_s=$(field 'System time') peak_rss_kib=$(field 'Maximum resident set size') output_bytes=$size"
     # The staging phase (provider listing, join, summary pass), from the report's own log.
     grep -o 'report prepared.*' "$WORK/time.$format" | sed 's/\x1b\[[0-9;]*m//g' || true
-    grep -E '^  (double_charge|missing_at_provider|orphan|amount_mismatch|matched) ' "$WORK/time.$format" || true
+    grep -E '^  (double_charge|missing_at_provider|orphan|amount_mismatch|refund_mismatch|orphan_refund|refunded_beyond_record|matched) |ours refunded' "$WORK/time.$format" || true
 done

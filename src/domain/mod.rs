@@ -38,7 +38,10 @@ pub use recovery::{
     PROVIDER_KEY_RETENTION, RecoveryStep, choose_recovery_step, lookup_created_range,
     resolve_confirmed, resolve_lookup,
 };
-pub use review::{SUCCEEDED_AFTER_FAILURE, shows_money_moved, succeeded_after_failure_reason};
+pub use review::{
+    DISPUTE, SUCCEEDED_AFTER_FAILURE, dispute_reason, shows_money_moved,
+    succeeded_after_failure_reason,
+};
 
 /// Why a value from outside could not become a domain value. `field` names the request field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -41,6 +41,31 @@ pub fn succeeded_after_failure_reason(snapshot: &PaymentSnapshot) -> Option<Stri
     ))
 }
 
+/// The first word of a review reason a dispute put on a charge attempt; reports name such a
+/// charge `disputed` while the reason stands.
+pub const DISPUTE: &str = "dispute";
+
+/// A dispute on a charge, as a charge attempt's review reason names it: its id, reason, amount
+/// and status. The same dispute in the same status gives the same text (a repeated event adds
+/// nothing to the attempt); closing it adds a second reason, with `won` or `lost`.
+pub fn dispute_reason(
+    dispute_id: &str,
+    charge: Option<&str>,
+    reason: &str,
+    amount_minor: i64,
+    currency: &str,
+    status: &str,
+) -> String {
+    let amount = match Currency::parse(currency) {
+        Ok(known) => format!("{} {}", known.format_major(amount_minor), known.code()),
+        Err(_) => format!("{amount_minor} (minor units) {currency}"),
+    };
+    format!(
+        "{DISPUTE}: {dispute_id} on charge {} is {status}: reason {reason}, {amount}",
+        charge.unwrap_or("unknown")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Utc};

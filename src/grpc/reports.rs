@@ -178,6 +178,10 @@ fn category_to_proto(category: Category) -> proto::ReconciliationCategory {
         Category::StatusMismatch => Proto::StatusMismatch,
         Category::StaleUnfinished => Proto::StaleUnfinished,
         Category::Expired => Proto::Expired,
+        Category::RefundMismatch => Proto::RefundMismatch,
+        Category::OrphanRefund => Proto::OrphanRefund,
+        Category::RefundedBeyondRecord => Proto::RefundedBeyondRecord,
+        Category::Disputed => Proto::Disputed,
         Category::InProgress => Proto::InProgress,
         Category::Matched => Proto::Matched,
     }
@@ -249,6 +253,7 @@ fn row_to_proto(row: &ReportRow) -> proto::ReconciliationRow {
                 failure_code: attempt.failure_code.clone().unwrap_or_default(),
                 review_reason: attempt.review_reason.clone().unwrap_or_default(),
                 created_at: Some(time_to_proto(attempt.created_at)),
+                refunded_minor: attempt.ours_refunded_minor,
             }),
         provider_objects_total: row.objects_total,
         provider_objects: row

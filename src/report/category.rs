@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::domain::{AttemptStatus, SUCCEEDED_AFTER_FAILURE};
+use crate::domain::{AttemptStatus, DISPUTE, SUCCEEDED_AFTER_FAILURE};
 
 use super::model::{AttemptFacts, JoinedRow, ProviderObject, ReportRow, money};
 
@@ -19,11 +19,20 @@ pub enum Category {
     AmountMismatch,
     /// The object's status and the attempt's disagree.
     StatusMismatch,
+    /// A refund we recorded succeeded that the provider does not have, or has failed.
+    RefundMismatch,
+    /// A provider refund of the charge that no refund attempt claims.
+    OrphanRefund,
+    /// The provider refunded more of the charge than the refunds we recorded succeeded.
+    RefundedBeyondRecord,
     /// Pending or requires_action for longer than the report's threshold.
     StaleUnfinished,
     /// The key window passed and the provider confirmed nothing was charged: an accepted
     /// operation was never charged.
     Expired,
+    /// The charge is under dispute (a dispute event flagged its attempt and the flag stands):
+    /// the sides agree, but money may go back by chargeback; finance must see it.
+    Disputed,
     /// Pending or requires_action, younger than the threshold: not decided yet.
     InProgress,
     /// Both sides agree.
@@ -32,14 +41,18 @@ pub enum Category {
 
 impl Category {
     /// Discrepancies first, most severe first: the order of summaries.
-    pub const ALL: [Category; 9] = [
+    pub const ALL: [Category; 13] = [
         Category::DoubleCharge,
         Category::MissingAtProvider,
         Category::Orphan,
         Category::AmountMismatch,
         Category::StatusMismatch,
+        Category::RefundMismatch,
+        Category::OrphanRefund,
+        Category::RefundedBeyondRecord,
         Category::StaleUnfinished,
         Category::Expired,
+        Category::Disputed,
         Category::InProgress,
         Category::Matched,
     ];
@@ -51,6 +64,10 @@ impl Category {
             Category::Orphan => "orphan",
             Category::AmountMismatch => "amount_mismatch",
             Category::StatusMismatch => "status_mismatch",
+            Category::RefundMismatch => "refund_mismatch",
+            Category::OrphanRefund => "orphan_refund",
+            Category::RefundedBeyondRecord => "refunded_beyond_record",
+            Category::Disputed => "disputed",
             Category::StaleUnfinished => "stale_unfinished",
             Category::Expired => "expired",
             Category::InProgress => "in_progress",
@@ -74,6 +91,10 @@ impl Category {
             Category::Orphan => "provider object with no attempt",
             Category::AmountMismatch => "amount or currency mismatch",
             Category::StatusMismatch => "status mismatch (ours vs the provider's)",
+            Category::RefundMismatch => "our succeeded refund missing or failed at the provider",
+            Category::OrphanRefund => "provider refund with no refund attempt",
+            Category::RefundedBeyondRecord => "refunded at the provider beyond our recorded refunds",
+            Category::Disputed => "charge under dispute",
             Category::StaleUnfinished => "pending or requires_action older than the threshold",
             Category::Expired => "expired: accepted, never charged",
             Category::InProgress => "pending or requires_action, within the threshold",
@@ -90,6 +111,10 @@ impl Category {
             | Category::Orphan
             | Category::AmountMismatch
             | Category::StatusMismatch
+            | Category::RefundMismatch
+            | Category::OrphanRefund
+            | Category::RefundedBeyondRecord
+            | Category::Disputed
             | Category::StaleUnfinished
             | Category::Expired => true,
         }
@@ -107,7 +132,12 @@ pub struct Thresholds {
 pub fn classify(row: JoinedRow, now: DateTime<Utc>, thresholds: &Thresholds) -> ReportRow {
     let (category, detail) = match &row.attempt {
         None => orphan(&row.objects),
-        Some(attempt) => classify_attempt(attempt, &row, now, thresholds),
+        Some(attempt) => match classify_attempt(attempt, &row, now, thresholds) {
+            // The charge's sides agree: only then do its refunds and disputes speak (every
+            // earlier category keeps its meaning).
+            (Category::Matched, _) => refunds_and_disputes(attempt, &row.objects),
+            classified => classified,
+        },
     };
     ReportRow {
         seq: row.seq,
@@ -244,6 +274,78 @@ fn charged_across_attempts(attempt: &AttemptFacts, operation: &super::model::Ope
     })
 }
 
+/// A matched charge's refunds and disputes: the first disagreement, most severe first, else
+/// `Matched`.
+fn refunds_and_disputes(attempt: &AttemptFacts, objects: &[ProviderObject]) -> (Category, String) {
+    let facts = &attempt.refunds;
+    let listed = |shown: usize, total: u32| match shown < total as usize {
+        true => format!(" (first {shown} of {total} listed)"),
+        false => String::new(),
+    };
+    if let Some(first) = facts.mismatches.first() {
+        let provider = match &first.provider_status {
+            Some(status) => format!("the provider has it {status}"),
+            None => "the provider does not list it".to_owned(),
+        };
+        return (
+            Category::RefundMismatch,
+            format!(
+                "refund attempt {} recorded succeeded for {} (provider refund {}), {provider}{}",
+                first.attempt_id,
+                money(&attempt.currency, first.amount_minor),
+                first.provider_refund_id.as_deref().unwrap_or("unknown"),
+                listed(facts.mismatches.len(), facts.mismatches_total)
+            ),
+        );
+    }
+    if !facts.orphans.is_empty() {
+        let ids: Vec<String> = facts
+            .orphans
+            .iter()
+            .map(|refund| {
+                format!("{} ({}, {})", refund.id, refund.status, money(&attempt.currency, refund.amount_minor))
+            })
+            .collect();
+        return (
+            Category::OrphanRefund,
+            format!(
+                "provider refunds claimed by no refund attempt: {}{}",
+                ids.join(", "),
+                listed(facts.orphans.len(), facts.orphans_total)
+            ),
+        );
+    }
+    let provider_refunded: i64 = objects.iter().map(|object| object.refunded_minor).sum();
+    if provider_refunded > attempt.ours_refunded_minor {
+        return (
+            Category::RefundedBeyondRecord,
+            format!(
+                "the provider refunded {}, chargeguard recorded {} of succeeded refunds",
+                money(&attempt.currency, provider_refunded),
+                money(&attempt.currency, attempt.ours_refunded_minor)
+            ),
+        );
+    }
+    if let Some(dispute) = disputes(attempt) {
+        return (Category::Disputed, dispute);
+    }
+    (Category::Matched, String::new())
+}
+
+/// The dispute reasons on the attempt's standing review reason, joined; `None` without one.
+/// (The provider layer lists no disputes and the payment list does not carry them: the report
+/// reads what the dispute webhooks recorded on the attempt.)
+fn disputes(attempt: &AttemptFacts) -> Option<String> {
+    let prefix = format!("{DISPUTE}: ");
+    let found: Vec<&str> = attempt
+        .review_reason
+        .as_deref()?
+        .split("; ")
+        .filter(|reason| reason.starts_with(&prefix))
+        .collect();
+    (!found.is_empty()).then(|| found.join("; "))
+}
+
 fn without_object(
     attempt: &AttemptFacts,
     now: DateTime<Utc>,
@@ -314,7 +416,7 @@ fn expected_attempt_status(provider_status: &str) -> Option<AttemptStatus> {
 mod tests {
     use super::*;
     use crate::domain::AttemptId;
-    use crate::report::model::{LinkedBy, OperationFacts};
+    use crate::report::model::{LinkedBy, OperationFacts, ProviderRefund, RefundFacts, RefundMismatch};
 
     fn now() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-12-02T12:00:00Z")
@@ -339,6 +441,8 @@ mod tests {
             failure_code: None,
             review_reason: None,
             created_at: now() - Duration::minutes(age_minutes),
+            ours_refunded_minor: 0,
+            refunds: RefundFacts::default(),
         }
     }
 
@@ -581,5 +685,73 @@ mod tests {
             let clean = matches!(category, Category::Matched | Category::InProgress);
             assert_eq!(category.is_discrepancy(), !clean, "{category:?}");
         }
+    }
+
+    fn refunded(mut object: ProviderObject, refunded_minor: i64) -> ProviderObject {
+        object.refunded_minor = refunded_minor;
+        object
+    }
+
+    fn classify_one(attempt: AttemptFacts, objects: Vec<ProviderObject>) -> ReportRow {
+        let objects_total = objects.len() as u32;
+        classify(JoinedRow { seq: 1, attempt: Some(attempt), objects, objects_total, operation: OperationFacts::default() }, now(), &THRESHOLDS)
+    }
+
+    #[test]
+    fn refunds_recorded_as_the_provider_has_them_are_matched() {
+        let mut charge = attempt(AttemptStatus::Succeeded, 5);
+        charge.ours_refunded_minor = 400;
+        check(Some(charge), vec![refunded(object("pi_1", "succeeded"), 400)], Category::Matched);
+    }
+
+    #[test]
+    fn a_provider_refund_beyond_our_record_is_named_with_both_sums() {
+        let mut charge = attempt(AttemptStatus::Succeeded, 5);
+        charge.ours_refunded_minor = 400;
+        let row = classify_one(charge, vec![refunded(object("pi_1", "succeeded"), 1_000)]);
+        assert_eq!(row.category, Category::RefundedBeyondRecord);
+        assert!(row.detail.contains("refunded 10.00 usd") && row.detail.contains("recorded 4.00 usd"), "{}", row.detail);
+    }
+
+    #[test]
+    fn an_orphan_refund_outranks_the_sum_and_a_mismatch_outranks_both() {
+        let mut charge = attempt(AttemptStatus::Succeeded, 5);
+        charge.refunds.orphans = vec![ProviderRefund { id: "re_9".into(), status: "succeeded".into(), amount_minor: 300 }];
+        charge.refunds.orphans_total = 2;
+        let row = classify_one(charge.clone(), vec![refunded(object("pi_1", "succeeded"), 300)]);
+        assert_eq!(row.category, Category::OrphanRefund);
+        assert!(row.detail.contains("re_9 (succeeded, 3.00 usd)") && row.detail.contains("first 1 of 2"), "{}", row.detail);
+
+        charge.refunds.mismatches = vec![RefundMismatch {
+            attempt_id: "a-1".into(),
+            provider_refund_id: Some("re_1".into()),
+            amount_minor: 400,
+            provider_status: Some("failed".into()),
+        }];
+        charge.refunds.mismatches_total = 1;
+        let row = classify_one(charge.clone(), vec![object("pi_1", "succeeded")]);
+        assert_eq!(row.category, Category::RefundMismatch);
+        assert!(row.detail.contains("re_1") && row.detail.contains("has it failed"), "{}", row.detail);
+        charge.refunds.mismatches[0].provider_status = None;
+        let row = classify_one(charge, vec![object("pi_1", "succeeded")]);
+        assert!(row.detail.contains("does not list it"), "{}", row.detail);
+    }
+
+    #[test]
+    fn a_dispute_reason_makes_a_matched_charge_disputed_and_nothing_else() {
+        let mut charge = attempt(AttemptStatus::Succeeded, 5);
+        charge.review_reason = Some("amount differs; dispute: dp_1 on charge ch_1 is needs_response: reason fraudulent, 10.00 usd".into());
+        let row = classify_one(charge.clone(), vec![object("pi_1", "succeeded")]);
+        assert_eq!(row.category, Category::Disputed);
+        assert_eq!(row.detail, "dispute: dp_1 on charge ch_1 is needs_response: reason fraudulent, 10.00 usd");
+        // Earlier categories keep their meaning: a disputed double charge is a double charge.
+        check(
+            Some(charge),
+            vec![object("pi_1", "succeeded"), object("pi_2", "succeeded")],
+            Category::DoubleCharge,
+        );
+        let mut other = attempt(AttemptStatus::Succeeded, 5);
+        other.review_reason = Some("second provider object: not a dispute".into());
+        check(Some(other), vec![object("pi_1", "succeeded")], Category::Matched);
     }
 }

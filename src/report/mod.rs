@@ -29,7 +29,10 @@ use crate::provider::{PaymentProvider, ProviderError};
 use crate::store::{ReportStore, RunId, StoreError};
 
 pub use category::{Category, Thresholds, classify};
-pub use model::{AttemptFacts, JoinedRow, LinkedBy, OperationFacts, ProviderObject, ReportRow, major_units, money};
+pub use model::{
+    AttemptFacts, JoinedRow, LinkedBy, OperationFacts, ProviderObject, ProviderRefund, RefundFacts,
+    RefundMismatch, ReportRow, major_units, money,
+};
 pub use period::{PeriodError, ReportPeriod};
 pub use summary::{CurrencyTotals, DataSources, Summary, SummaryBuilder};
 

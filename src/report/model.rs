@@ -22,6 +22,43 @@ pub struct AttemptFacts {
     pub failure_code: Option<String>,
     pub review_reason: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// Sum of the charge's refund attempts recorded `succeeded` (a refund the provider failed
+    /// after success is `failed`, so not counted).
+    pub ours_refunded_minor: i64,
+    /// Where our refunds of the charge and the provider's disagree.
+    pub refunds: RefundFacts,
+}
+
+/// Where a charge's refunds disagree between the two sides, as the database joined them. Lists
+/// at most `report.objects_listed_per_row_max` of each; the totals count all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RefundFacts {
+    /// Provider refunds of the charge's payment that no refund attempt claims.
+    pub orphans: Vec<ProviderRefund>,
+    pub orphans_total: u32,
+    /// Refund attempts recorded `succeeded` that the provider does not list, or lists not
+    /// succeeded.
+    pub mismatches: Vec<RefundMismatch>,
+    pub mismatches_total: u32,
+}
+
+/// A provider refund as a report row names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderRefund {
+    pub id: String,
+    pub status: String,
+    pub amount_minor: i64,
+}
+
+/// A refund we recorded `succeeded` and what the provider says of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundMismatch {
+    pub attempt_id: String,
+    pub provider_refund_id: Option<String>,
+    pub amount_minor: i64,
+    /// `None`: the provider does not list the refund.
+    pub provider_status: Option<String>,
 }
 
 /// How a provider object was tied to an attempt.

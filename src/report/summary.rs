@@ -35,7 +35,8 @@ pub struct DataSources {
 pub struct CurrencyTotals {
     /// Our succeeded charge attempts.
     pub ours_succeeded_minor: i64,
-    /// chargeguard records no refunds yet: zero until it does.
+    /// Our refund attempts of those charges recorded `succeeded` (a refund the provider failed
+    /// after success is `failed`: not counted).
     pub ours_refunded_minor: i64,
     /// What the provider received on succeeded objects of the report's rows.
     pub provider_succeeded_minor: i64,
@@ -92,9 +93,10 @@ impl Summary {
         }
         for (currency, totals) in &self.currencies {
             text.push_str(&format!(
-                "  {currency}: ours succeeded {}, provider succeeded {}, provider refunded {}\n",
+                "  {currency}: ours succeeded {}, provider succeeded {}, ours refunded {}, provider refunded {}\n",
                 money(currency, totals.ours_succeeded_minor),
                 money(currency, totals.provider_succeeded_minor),
+                money(currency, totals.ours_refunded_minor),
                 money(currency, totals.provider_refunded_minor),
             ));
         }
@@ -117,6 +119,7 @@ impl SummaryBuilder {
             if attempt.status == AttemptStatus::Succeeded {
                 totals.ours_succeeded_minor += attempt.amount_minor;
             }
+            totals.ours_refunded_minor += attempt.ours_refunded_minor;
         }
         for object in &row.objects {
             let totals = self.currencies.entry(object.currency.clone()).or_default();

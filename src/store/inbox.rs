@@ -89,10 +89,17 @@ pub enum InboxOutcome {
     /// declined intent confirmed again later): the attempt is flagged for review
     /// (`succeeded_after_failure`), its state is not changed.
     Flagged,
+    /// A refund the provider reported `failed` after chargeguard recorded it `succeeded` (the
+    /// money came back to the merchant): the one move out of `succeeded`, refunds only; the
+    /// refund attempt is now `failed` with `failed_after_success_at` set.
+    FailedAfterSuccess,
+    /// A dispute on a charge: the charge attempt is flagged for review with the dispute named;
+    /// its state is not changed.
+    Disputed,
 }
 
 impl InboxOutcome {
-    pub const ALL: [InboxOutcome; 7] = [
+    pub const ALL: [InboxOutcome; 9] = [
         InboxOutcome::Applied,
         InboxOutcome::Duplicate,
         InboxOutcome::Stale,
@@ -100,6 +107,8 @@ impl InboxOutcome {
         InboxOutcome::Conflict,
         InboxOutcome::Unreadable,
         InboxOutcome::Flagged,
+        InboxOutcome::FailedAfterSuccess,
+        InboxOutcome::Disputed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -111,6 +120,8 @@ impl InboxOutcome {
             InboxOutcome::Conflict => "conflict",
             InboxOutcome::Unreadable => "unreadable",
             InboxOutcome::Flagged => "flagged",
+            InboxOutcome::FailedAfterSuccess => "failed_after_success",
+            InboxOutcome::Disputed => "disputed",
         }
     }
 
@@ -139,6 +150,22 @@ pub struct PaymentUpdate {
     pub review_reason_if_failed: Option<String>,
 }
 
+/// A move of a refund attempt computed from a provider refund: forward like a payment
+/// (pending → succeeded | failed), and, refunds only, `succeeded` → `failed` when the provider
+/// reports a refund that had succeeded as failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefundUpdate {
+    pub attempt_id: AttemptId,
+    /// The provider's refund id (`re_...`), bound to the attempt if it had none.
+    pub provider_refund_id: String,
+    pub provider_status: String,
+    pub status: AttemptStatus,
+    /// For `failed`: the provider's `failure_reason` as the code.
+    pub failure: Option<Failure>,
+    /// Added to the attempt's review reason when the refund moves (an amount that differs).
+    pub review_reason: Option<String>,
+}
+
 /// What the worker decided for one event; the store applies it atomically with the
 /// de-duplication and the processed mark.
 #[derive(Debug, Clone, PartialEq)]
@@ -148,6 +175,14 @@ pub enum Settlement {
     Apply(PaymentUpdate),
     /// Flag the attempt for review without changing its state: `Conflict`.
     Flag {
+        attempt_id: AttemptId,
+        review_reason: String,
+    },
+    /// Move refund attempts (one per refund the event carries, in order): `Applied` when one
+    /// moved forward, `FailedAfterSuccess` when one moved out of `succeeded`, else `Stale`.
+    Refunds(Vec<RefundUpdate>),
+    /// Flag a charge attempt with a dispute's reason, its state unchanged: `Disputed`.
+    Dispute {
         attempt_id: AttemptId,
         review_reason: String,
     },
@@ -201,6 +236,14 @@ pub trait InboxStore: Send + Sync + 'static {
     async fn find_attempt_for_payment(
         &self,
         provider_payment_id: &str,
+        attempt_id: Option<AttemptId>,
+    ) -> Result<Option<Attempt>, StoreError>;
+
+    /// The refund attempt that owns the provider refund `provider_refund_id`, else the refund
+    /// attempt whose id the refund's metadata names. Charge attempts are never returned.
+    async fn find_attempt_for_refund(
+        &self,
+        provider_refund_id: &str,
         attempt_id: Option<AttemptId>,
     ) -> Result<Option<Attempt>, StoreError>;
 

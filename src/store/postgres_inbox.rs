@@ -9,12 +9,12 @@ use sqlx::{Postgres, Row, Transaction};
 
 use super::inbox::{
     Claim, InboxEvent, InboxInsert, InboxOutcome, InboxStats, InboxStore, NewInboxEvent,
-    PaymentUpdate, PruneCounts, SettleEvent, Settlement,
+    PaymentUpdate, PruneCounts, RefundUpdate, SettleEvent, Settlement,
 };
 use super::postgres::{status_names, unavailable};
 use super::row::optional_attempt;
 use super::{AttemptStore, PostgresStore, StoreError};
-use crate::domain::{Attempt, AttemptId, AttemptStatus};
+use crate::domain::{Attempt, AttemptId, AttemptKind, AttemptStatus};
 
 #[async_trait]
 impl InboxStore for PostgresStore {
@@ -107,6 +107,30 @@ impl InboxStore for PostgresStore {
             (None, Some(attempt_id)) => AttemptStore::find_by_id(self, None, attempt_id).await,
             (None, None) => Ok(None),
         }
+    }
+
+    async fn find_attempt_for_refund(
+        &self,
+        provider_refund_id: &str,
+        attempt_id: Option<AttemptId>,
+    ) -> Result<Option<Attempt>, StoreError> {
+        let by_object = sqlx::query(
+            "SELECT * FROM payment_attempts WHERE provider_payment_id = $1 AND kind = 'refund'
+             ORDER BY created_at LIMIT 1",
+        )
+        .bind(provider_refund_id)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(unavailable)
+        .and_then(optional_attempt)?;
+        if by_object.is_some() {
+            return Ok(by_object);
+        }
+        let Some(attempt_id) = attempt_id else {
+            return Ok(None);
+        };
+        let named = AttemptStore::find_by_id(self, None, attempt_id).await?;
+        Ok(named.filter(|attempt| attempt.kind == AttemptKind::Refund))
     }
 
     async fn settle_event(&self, settle: &SettleEvent) -> Result<Option<InboxOutcome>, StoreError> {
@@ -252,7 +276,10 @@ async fn record_dedup_key(
 fn settlement_attempt(settlement: &Settlement) -> Option<AttemptId> {
     match settlement {
         Settlement::Apply(update) => Some(update.attempt_id),
-        Settlement::Flag { attempt_id, .. } => Some(*attempt_id),
+        Settlement::Flag { attempt_id, .. } | Settlement::Dispute { attempt_id, .. } => {
+            Some(*attempt_id)
+        }
+        Settlement::Refunds(updates) => updates.first().map(|update| update.attempt_id),
         Settlement::Record { .. } => None,
     }
 }
@@ -299,8 +326,125 @@ async fn apply_settlement(
                 Some(review_reason.clone()),
             ))
         }
+        Settlement::Refunds(updates) => apply_refund_updates(tx, updates, now).await,
+        Settlement::Dispute {
+            attempt_id,
+            review_reason,
+        } => {
+            // Only charges are disputed; the reason is appended once however often it arrives.
+            sqlx::query(
+                "UPDATE payment_attempts
+                 SET review_reason = append_review_reason(review_reason, $2), updated_at = $3
+                 WHERE id = $1 AND kind = 'charge'",
+            )
+            .bind(attempt_id.as_uuid())
+            .bind(review_reason)
+            .bind(now)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+            Ok((
+                InboxOutcome::Disputed,
+                Some(*attempt_id),
+                Some(review_reason.clone()),
+            ))
+        }
         Settlement::Record { outcome, detail } => Ok((*outcome, None, detail.clone())),
     }
+}
+
+/// Applies each refund's move; the event's outcome is the strongest that happened
+/// (failed after success, then applied, else stale).
+async fn apply_refund_updates(
+    tx: &mut Transaction<'_, Postgres>,
+    updates: &[RefundUpdate],
+    now: DateTime<Utc>,
+) -> Result<(InboxOutcome, Option<AttemptId>, Option<String>), StoreError> {
+    let mut outcome = InboxOutcome::Stale;
+    let mut detail = None;
+    for update in updates {
+        if apply_refund_update(tx, update, now).await? {
+            if outcome == InboxOutcome::Stale {
+                outcome = InboxOutcome::Applied;
+            }
+        } else if update.status == AttemptStatus::Failed
+            && fail_succeeded_refund(tx, update, now).await?
+        {
+            outcome = InboxOutcome::FailedAfterSuccess;
+            detail = Some(format!(
+                "refund {} failed after it succeeded: {}",
+                update.provider_refund_id,
+                update.failure.as_ref().map(|failure| failure.code.as_str()).unwrap_or("failed")
+            ));
+        }
+    }
+    let attempt_id = updates.first().map(|update| update.attempt_id);
+    Ok((outcome, attempt_id, detail))
+}
+
+/// A refund attempt moves forward exactly like a payment (`status = ANY(allowed sources)`), and
+/// binds the provider's refund id if it had none.
+async fn apply_refund_update(
+    tx: &mut Transaction<'_, Postgres>,
+    update: &RefundUpdate,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let moved = sqlx::query(
+        "UPDATE payment_attempts SET
+            status = $2,
+            provider_payment_id = COALESCE(provider_payment_id, $3),
+            provider_status = $4,
+            failure_code = $5,
+            failure_message = $6,
+            review_reason = append_review_reason(review_reason, $9),
+            updated_at = $7
+         WHERE id = $1 AND kind = 'refund' AND status = ANY($8)
+           AND (provider_payment_id IS NULL OR provider_payment_id = $3)",
+    )
+    .bind(update.attempt_id.as_uuid())
+    .bind(update.status.as_str())
+    .bind(&update.provider_refund_id)
+    .bind(&update.provider_status)
+    .bind(update.failure.as_ref().map(|failure| failure.code.as_str()))
+    .bind(update.failure.as_ref().map(|failure| failure.message.as_str()))
+    .bind(now)
+    .bind(status_names(&update.status.allowed_sources()))
+    .bind(update.review_reason.as_deref())
+    .execute(&mut **tx)
+    .await
+    .map_err(unavailable)?;
+    Ok(moved.rows_affected() == 1)
+}
+
+/// The one move out of `succeeded` (SEMANTICS invariant 8's exception, ARCHITECTURE.md): a
+/// refund attempt, bound to this very provider refund, that the provider now reports failed.
+/// Guarded by kind, status and the refund id, so no charge and no other refund can take it.
+async fn fail_succeeded_refund(
+    tx: &mut Transaction<'_, Postgres>,
+    update: &RefundUpdate,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let moved = sqlx::query(
+        "UPDATE payment_attempts SET
+            status = 'failed',
+            provider_status = $3,
+            failure_code = $4,
+            failure_message = $5,
+            failed_after_success_at = $6,
+            updated_at = $6
+         WHERE id = $1 AND kind = 'refund' AND status = 'succeeded'
+           AND provider_payment_id = $2",
+    )
+    .bind(update.attempt_id.as_uuid())
+    .bind(&update.provider_refund_id)
+    .bind(&update.provider_status)
+    .bind(update.failure.as_ref().map(|failure| failure.code.as_str()))
+    .bind(update.failure.as_ref().map(|failure| failure.message.as_str()))
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(unavailable)?;
+    Ok(moved.rows_affected() == 1)
 }
 
 /// The monotonic guard lives here, in the database: the row moves only from a state the target

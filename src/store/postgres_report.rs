@@ -12,6 +12,7 @@ use super::StoreError;
 use super::postgres::PostgresStore;
 use super::report::{ReportStore, RunId, StagedPayment};
 use crate::domain::{AttemptId, AttemptStatus, RefundSnapshot};
+use crate::provider::METADATA_ATTEMPT_ID;
 use crate::report::{AttemptFacts, JoinedRow, OperationFacts, ProviderObject, ReportPeriod};
 
 fn unavailable(error: sqlx::Error) -> StoreError {
@@ -163,12 +164,34 @@ impl ReportStore for PostgresStore {
             .map(|refund| refund.currency.as_str())
             .collect();
         let created: Vec<DateTime<Utc>> = refunds.iter().map(|refund| refund.created).collect();
+        let claimed: Vec<Option<Uuid>> = refunds
+            .iter()
+            .map(|refund| {
+                refund
+                    .metadata
+                    .get(METADATA_ATTEMPT_ID)
+                    .and_then(|id| Uuid::parse_str(id).ok())
+            })
+            .collect();
+        // Claimed by the refund attempt its metadata names, else by the refund attempt that
+        // recorded its id; never by a charge attempt.
         sqlx::query(
             "INSERT INTO report_provider_refunds (
                 run_id, provider_refund_id, provider_payment_id, status, amount_minor, currency,
-                created_at)
-             SELECT $1, * FROM UNNEST($2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
-                                      $7::timestamptz[])
+                created_at, attempt_id)
+             SELECT $1, staged.id, staged.payment, staged.status, staged.amount, staged.currency,
+                    staged.created, COALESCE(by_metadata.id, by_provider_id.id)
+             FROM UNNEST($2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+                         $7::timestamptz[], $8::uuid[])
+                  AS staged(id, payment, status, amount, currency, created, claimed)
+             LEFT JOIN payment_attempts by_metadata
+                    ON by_metadata.id = staged.claimed AND by_metadata.kind = 'refund'
+             LEFT JOIN LATERAL (
+                 SELECT attempt.id FROM payment_attempts attempt
+                 WHERE attempt.provider_payment_id = staged.id AND attempt.kind = 'refund'
+                 ORDER BY attempt.created_at, attempt.id
+                 LIMIT 1
+             ) by_provider_id ON by_metadata.id IS NULL
              ON CONFLICT (run_id, provider_refund_id) DO NOTHING",
         )
         .bind(run.as_uuid())
@@ -178,6 +201,7 @@ impl ReportStore for PostgresStore {
         .bind(amounts)
         .bind(currencies)
         .bind(created)
+        .bind(claimed)
         .execute(self.pool())
         .await
         .map_err(unavailable)?;
@@ -221,6 +245,58 @@ impl ReportStore for PostgresStore {
                  FROM objects WHERE attempt_id IS NOT NULL
                  GROUP BY attempt_id
              ),
+             our_refunds AS (
+                 SELECT refund.parent_attempt_id, refund.id, refund.provider_payment_id,
+                        refund.status, refund.amount_minor, staged.status AS provider_status,
+                        row_number() OVER (PARTITION BY refund.parent_attempt_id
+                                           ORDER BY refund.created_at, refund.id) AS rank
+                 FROM payment_attempts refund
+                 JOIN payment_attempts charge ON charge.id = refund.parent_attempt_id
+                 -- The provider refund staging tied to this attempt (by metadata or by id); a
+                 -- succeeded one first, should the provider hold two.
+                 LEFT JOIN LATERAL (
+                     SELECT staged.status FROM report_provider_refunds staged
+                     WHERE staged.run_id = $1 AND staged.attempt_id = refund.id
+                     ORDER BY staged.status = 'succeeded' DESC, staged.created_at
+                     LIMIT 1
+                 ) staged ON true
+                 WHERE refund.kind = 'refund' AND charge.kind = 'charge'
+                   AND charge.created_at >= $2 AND charge.created_at < $3
+             ),
+             ours_refunded AS (
+                 SELECT parent_attempt_id AS attempt_id, sum(amount_minor) AS refunded_minor
+                 FROM our_refunds WHERE status = 'succeeded'
+                 GROUP BY parent_attempt_id
+             ),
+             mismatched_refunds AS (
+                 SELECT parent_attempt_id AS attempt_id, count(*) AS total,
+                        jsonb_agg(jsonb_build_object(
+                            'attempt_id', id::text, 'provider_refund_id', provider_payment_id,
+                            'amount_minor', amount_minor, 'provider_status', provider_status)
+                            ORDER BY rank) FILTER (WHERE mismatch_rank <= $4) AS listed
+                 FROM (SELECT *, row_number() OVER (PARTITION BY parent_attempt_id ORDER BY rank)
+                                 AS mismatch_rank
+                       FROM our_refunds
+                       WHERE status = 'succeeded'
+                         AND provider_status IS DISTINCT FROM 'succeeded') mismatched
+                 GROUP BY parent_attempt_id
+             ),
+             orphan_refunds AS (
+                 SELECT charge_attempt_id AS attempt_id, count(*) AS total,
+                        jsonb_agg(jsonb_build_object(
+                            'id', provider_refund_id, 'status', status, 'amount_minor', amount_minor)
+                            ORDER BY rank) FILTER (WHERE rank <= $4) AS listed
+                 FROM (SELECT staged.*, payment.attempt_id AS charge_attempt_id,
+                              row_number() OVER (PARTITION BY payment.attempt_id
+                                                 ORDER BY staged.created_at, staged.provider_refund_id)
+                                  AS rank
+                       FROM report_provider_refunds staged
+                       JOIN report_provider_payments payment
+                         ON payment.run_id = $1 AND payment.provider_payment_id = staged.provider_payment_id
+                       WHERE staged.run_id = $1 AND staged.attempt_id IS NULL
+                         AND payment.attempt_id IS NOT NULL) unclaimed
+                 GROUP BY charge_attempt_id
+             ),
              rows AS (
                  SELECT attempt.created_at AS sort_at, attempt.id::text AS sort_key,
                         attempt.id AS attempt_id, attempt.consumer, attempt.operation_key,
@@ -230,9 +306,18 @@ impl ReportStore for PostgresStore {
                         COALESCE(claimed.listed, '[]'::jsonb) AS objects,
                         COALESCE(claimed.objects_total, 0) AS objects_total,
                         COALESCE(operation.succeeded_attempts, 0) AS operation_succeeded_attempts,
-                        COALESCE(operation.earlier_live_objects, 0) AS operation_earlier_live_objects
+                        COALESCE(operation.earlier_live_objects, 0) AS operation_earlier_live_objects,
+                        COALESCE(ours_refunded.refunded_minor, 0) AS ours_refunded_minor,
+                        jsonb_build_object(
+                            'orphans', COALESCE(orphan_refunds.listed, '[]'::jsonb),
+                            'orphans_total', COALESCE(orphan_refunds.total, 0),
+                            'mismatches', COALESCE(mismatched_refunds.listed, '[]'::jsonb),
+                            'mismatches_total', COALESCE(mismatched_refunds.total, 0)) AS refunds
                  FROM payment_attempts attempt
                  LEFT JOIN claimed ON claimed.attempt_id = attempt.id
+                 LEFT JOIN ours_refunded ON ours_refunded.attempt_id = attempt.id
+                 LEFT JOIN mismatched_refunds ON mismatched_refunds.attempt_id = attempt.id
+                 LEFT JOIN orphan_refunds ON orphan_refunds.attempt_id = attempt.id
                  -- Attempts of one operation are one business operation (issue 16): only a
                  -- later succeeded attempt has others to compare with (index lookups).
                  LEFT JOIN LATERAL (
@@ -254,7 +339,7 @@ impl ReportStore for PostgresStore {
                  WHERE attempt.kind = 'charge' AND attempt.created_at >= $2 AND attempt.created_at < $3
                  UNION ALL
                  SELECT created_at, provider_payment_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                        NULL, NULL, NULL, jsonb_build_array(listed), 1, 0, 0
+                        NULL, NULL, NULL, jsonb_build_array(listed), 1, 0, 0, 0, '{}'::jsonb
                  FROM objects
                  WHERE attempt_id IS NULL AND created_at >= $2 AND created_at < $3
              )
@@ -262,11 +347,12 @@ impl ReportStore for PostgresStore {
                  run_id, seq, attempt_id, consumer, operation_key, attempt_status, amount_minor,
                  currency, provider_payment_id, failure_code, review_reason, attempt_created_at,
                  objects, objects_total, operation_succeeded_attempts,
-                 operation_earlier_live_objects)
+                 operation_earlier_live_objects, ours_refunded_minor, refunds)
              SELECT $1, row_number() OVER (ORDER BY sort_at, sort_key), attempt_id, consumer,
                     operation_key, attempt_status, amount_minor, currency, provider_payment_id,
                     failure_code, review_reason, attempt_created_at, objects, objects_total,
-                    operation_succeeded_attempts, operation_earlier_live_objects
+                    operation_succeeded_attempts, operation_earlier_live_objects,
+                    ours_refunded_minor, refunds
              FROM rows",
         )
         .bind(run.as_uuid())
@@ -342,6 +428,14 @@ fn joined_row(row: &PgRow) -> Result<JoinedRow, StoreError> {
                     .try_get::<Option<DateTime<Utc>>, _>("attempt_created_at")
                     .map_err(|e| corrupt(e.to_string()))?
                     .ok_or_else(|| corrupt("attempt_created_at is null".to_owned()))?,
+                ours_refunded_minor: row
+                    .try_get("ours_refunded_minor")
+                    .map_err(|e| corrupt(e.to_string()))?,
+                refunds: serde_json::from_value(
+                    row.try_get::<serde_json::Value, _>("refunds")
+                        .map_err(|e| corrupt(e.to_string()))?,
+                )
+                .map_err(|e| corrupt(format!("refunds: {e}")))?,
             })
         })
         .transpose()?;

@@ -3,12 +3,12 @@
 //! monotonic guard, so a decision made on a stale read cannot move a row backwards).
 
 use crate::domain::{
-    Attempt, PaymentSnapshot, ProviderPaymentStatus, resolve_snapshot,
-    succeeded_after_failure_reason,
+    Attempt, AttemptKind, PaymentSnapshot, ProviderPaymentStatus, dispute_reason,
+    resolve_refund_snapshot, resolve_snapshot, succeeded_after_failure_reason,
 };
-use crate::store::inbox::{InboxOutcome, PaymentUpdate, Settlement};
+use crate::store::inbox::{InboxOutcome, PaymentUpdate, RefundUpdate, Settlement};
 
-use super::event::EventError;
+use super::event::{DisputeFacts, EventError, RefundSubject};
 
 /// The settlement of an event whose object could not be read.
 pub fn unreadable(error: &EventError) -> Settlement {
@@ -18,8 +18,7 @@ pub fn unreadable(error: &EventError) -> Settlement {
     }
 }
 
-/// The settlement of an event about an object chargeguard keeps no record of (refunds and
-/// charges have no attempt records yet).
+/// The settlement of an event about an object chargeguard keeps no record of.
 pub fn untracked(event_type: &str) -> Settlement {
     Settlement::Record {
         outcome: InboxOutcome::UnknownObject,
@@ -100,6 +99,118 @@ fn awaits_own_confirm(attempt: &Attempt, snapshot: &PaymentSnapshot) -> bool {
         && snapshot.status == ProviderPaymentStatus::RequiresPaymentMethod
 }
 
+/// The update one provider refund asks of its refund attempt, or the settlement that replaces
+/// it (no attempt; an attempt bound to another refund; a status we cannot read).
+fn refund_update(
+    event_id: &str,
+    subject: &RefundSubject,
+    attempt: Option<&Attempt>,
+) -> Result<RefundUpdate, Box<Settlement>> {
+    let refund = &subject.snapshot;
+    let Some(attempt) = attempt.filter(|attempt| attempt.kind == AttemptKind::Refund) else {
+        return Err(Box::new(Settlement::Record {
+            outcome: InboxOutcome::UnknownObject,
+            detail: Some(format!("no refund attempt for provider refund {}", refund.id)),
+        }));
+    };
+    if let Some(bound) = attempt
+        .provider_payment_id
+        .as_deref()
+        .filter(|bound| *bound != refund.id)
+    {
+        return Err(Box::new(Settlement::Flag {
+            attempt_id: attempt.id,
+            review_reason: format!(
+                "second provider refund: event {event_id} reports refund {} ({}) for refund attempt {}, which recorded {bound}",
+                refund.id, refund.status, attempt.id
+            ),
+        }));
+    }
+    // Read exactly as a refund round reads the provider's answer.
+    let resolution = resolve_refund_snapshot(refund, &attempt.params);
+    Ok(RefundUpdate {
+        attempt_id: attempt.id,
+        provider_refund_id: refund.id.clone(),
+        provider_status: refund.status.clone(),
+        status: resolution.status,
+        failure: resolution.failure,
+        review_reason: resolution.review_reason,
+    })
+}
+
+/// The settlement of a refund event, given the attempt found for its refund (by refund id, else
+/// by the attempt id in its metadata).
+pub fn for_refund(event_id: &str, subject: &RefundSubject, attempt: Option<&Attempt>) -> Settlement {
+    match refund_update(event_id, subject, attempt) {
+        Ok(update) => Settlement::Refunds(vec![update]),
+        Err(settlement) => *settlement,
+    }
+}
+
+/// The settlement of `charge.refunded`: each listed refund with the attempt found for it. A
+/// payload without a refunds list (current API versions) is only recorded: its refunds settle
+/// through their own `refund.*` events.
+pub fn for_charge_refunded(
+    event_id: &str,
+    charge_id: &str,
+    charge_attempt: Option<&Attempt>,
+    refunds: &[(RefundSubject, Option<Attempt>)],
+) -> Settlement {
+    let updates: Vec<RefundUpdate> = refunds
+        .iter()
+        .filter_map(|(subject, attempt)| refund_update(event_id, subject, attempt.as_ref()).ok())
+        .collect();
+    if !updates.is_empty() {
+        return Settlement::Refunds(updates);
+    }
+    match (refunds.is_empty(), charge_attempt) {
+        // Nothing to apply here: the refunds of a charge we made settle by their own events.
+        (true, Some(_)) => Settlement::Record {
+            outcome: InboxOutcome::Stale,
+            detail: Some(format!(
+                "charge {charge_id} lists no refunds; its refunds settle by their own refund events"
+            )),
+        },
+        (true, None) => Settlement::Record {
+            outcome: InboxOutcome::UnknownObject,
+            detail: Some(format!("no charge attempt for charge {charge_id}")),
+        },
+        (false, _) => Settlement::Record {
+            outcome: InboxOutcome::UnknownObject,
+            detail: Some(format!(
+                "no refund attempt for the {} refunds of charge {charge_id}",
+                refunds.len()
+            )),
+        },
+    }
+}
+
+/// The settlement of a dispute event, given the charge attempt of the disputed payment: the
+/// attempt is flagged with the dispute named, its state untouched (no dispute workflow).
+pub fn for_dispute(dispute: &DisputeFacts, attempt: Option<&Attempt>) -> Settlement {
+    let Some(attempt) = attempt.filter(|attempt| attempt.kind == AttemptKind::Charge) else {
+        return Settlement::Record {
+            outcome: InboxOutcome::UnknownObject,
+            detail: Some(format!(
+                "no charge attempt for dispute {} (payment {})",
+                dispute.id,
+                dispute.payment_intent.as_deref().unwrap_or("unknown")
+            )),
+        };
+    };
+    Settlement::Dispute {
+        attempt_id: attempt.id,
+        review_reason: dispute_reason(
+            &dispute.id,
+            dispute.charge.as_deref(),
+            &dispute.reason,
+            dispute.amount_minor,
+            &dispute.currency,
+            &dispute.status,
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -107,7 +218,7 @@ mod tests {
     use chrono::{TimeZone, Utc};
 
     use super::*;
-    use crate::domain::AttemptStatus;
+    use crate::domain::{AttemptKind, AttemptStatus};
 
     fn attempt(provider_payment_id: Option<&str>) -> Attempt {
         let mut attempt = crate::domain::fixtures::pending_attempt(Utc.timestamp_opt(1_700_000_000, 0).unwrap());
@@ -248,5 +359,125 @@ mod tests {
                 && review_reason.contains("pi_2")
                 && review_reason.contains("evt_9")
         );
+    }
+
+    fn refund_attempt(provider_refund_id: Option<&str>) -> Attempt {
+        let mut refund = attempt(provider_refund_id);
+        refund.kind = AttemptKind::Refund;
+        refund.parent_attempt_id = Some(crate::domain::AttemptId::from_uuid(uuid::Uuid::nil()));
+        refund
+    }
+
+    fn refund_subject(status: &str, failure_reason: Option<&str>) -> RefundSubject {
+        RefundSubject {
+            snapshot: crate::domain::RefundSnapshot {
+                id: "re_1".into(),
+                payment_id: Some("pi_1".into()),
+                status: status.into(),
+                amount_minor: 1_000,
+                currency: "usd".into(),
+                created: Utc.timestamp_opt(1_700_000_000, 0).unwrap(),
+                metadata: BTreeMap::new(),
+                failure_reason: failure_reason.map(str::to_owned),
+            },
+            attempt_id: None,
+        }
+    }
+
+    #[test]
+    fn a_pending_refund_asks_for_pending_which_the_store_guard_never_allows() {
+        let Settlement::Refunds(updates) =
+            for_refund("evt_1", &refund_subject("pending", None), Some(&refund_attempt(None)))
+        else {
+            panic!("an update")
+        };
+        assert_eq!(updates[0].status, AttemptStatus::Pending);
+        assert!(AttemptStatus::Pending.allowed_sources().is_empty());
+    }
+
+    #[test]
+    fn a_refund_event_moves_its_refund_attempt_with_the_failure_reason() {
+        let Settlement::Refunds(updates) = for_refund(
+            "evt_1",
+            &refund_subject("failed", Some("expired_or_canceled_card")),
+            Some(&refund_attempt(Some("re_1"))),
+        ) else {
+            panic!("an update")
+        };
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].status, AttemptStatus::Failed);
+        assert_eq!(updates[0].provider_refund_id, "re_1");
+        assert_eq!(updates[0].failure.as_ref().unwrap().code, "expired_or_canceled_card");
+
+        let Settlement::Refunds(updates) =
+            for_refund("evt_2", &refund_subject("succeeded", None), Some(&refund_attempt(None)))
+        else {
+            panic!("an update")
+        };
+        assert_eq!((updates[0].status, updates[0].failure.clone()), (AttemptStatus::Succeeded, None));
+    }
+
+    #[test]
+    fn refunds_without_a_refund_attempt_are_unknown_and_a_second_refund_is_flagged() {
+        for attempt in [None, Some(attempt(Some("re_1")))] {
+            assert!(matches!(
+                for_refund("evt_1", &refund_subject("succeeded", None), attempt.as_ref()),
+                Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }
+            ));
+        }
+        let Settlement::Flag { review_reason, .. } = for_refund(
+            "evt_3",
+            &refund_subject("succeeded", None),
+            Some(&refund_attempt(Some("re_0"))),
+        ) else {
+            panic!("a flag")
+        };
+        assert!(review_reason.contains("re_0") && review_reason.contains("re_1"), "{review_reason}");
+    }
+
+    #[test]
+    fn charge_refunded_settles_each_listed_refund_or_only_records() {
+        assert!(matches!(
+            for_charge_refunded("evt_1", "ch_1", None, &[]),
+            Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }
+        ));
+        assert!(matches!(
+            for_charge_refunded("evt_1", "ch_1", Some(&attempt(Some("pi_1"))), &[]),
+            Settlement::Record { outcome: InboxOutcome::Stale, .. }
+        ));
+        let listed = [
+            (refund_subject("succeeded", None), Some(refund_attempt(None))),
+            (refund_subject("succeeded", None), None),
+        ];
+        let Settlement::Refunds(updates) = for_charge_refunded("evt_1", "ch_1", None, &listed) else {
+            panic!("updates")
+        };
+        assert_eq!(updates.len(), 1, "the unknown refund is left out");
+    }
+
+    #[test]
+    fn a_dispute_flags_the_charge_attempt_naming_the_dispute() {
+        let dispute = DisputeFacts {
+            id: "dp_1".into(),
+            charge: Some("ch_1".into()),
+            payment_intent: Some("pi_1".into()),
+            amount_minor: 1000,
+            currency: "usd".into(),
+            reason: "fraudulent".into(),
+            status: "lost".into(),
+        };
+        let Settlement::Dispute { review_reason, .. } = for_dispute(&dispute, Some(&attempt(Some("pi_1"))))
+        else {
+            panic!("a dispute flag")
+        };
+        assert_eq!(review_reason, "dispute: dp_1 on charge ch_1 is lost: reason fraudulent, 10.00 usd");
+        assert!(matches!(
+            for_dispute(&dispute, None),
+            Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }
+        ));
+        assert!(matches!(
+            for_dispute(&dispute, Some(&refund_attempt(Some("pi_1")))),
+            Settlement::Record { outcome: InboxOutcome::UnknownObject, .. }
+        ));
     }
 }

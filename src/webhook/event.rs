@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::Deserialize;
 
-use crate::domain::{AttemptId, Failure, NextAction, PaymentSnapshot, ProviderPaymentStatus};
+use crate::domain::{
+    AttemptId, Failure, NextAction, PaymentSnapshot, ProviderPaymentStatus, RefundSnapshot,
+};
 use crate::provider::METADATA_ATTEMPT_ID;
 
 /// Bound on ids and type names we store (Stripe's are well under 100 characters).
@@ -78,8 +80,43 @@ pub enum Subject {
         snapshot: Box<PaymentSnapshot>,
         attempt_id: Option<AttemptId>,
     },
-    /// Anything else (refunds, charges, …): no attempt record exists for these yet.
+    /// A refund object (`refund.created`, `refund.updated`, `refund.failed`,
+    /// `charge.refund.updated`): the refund as the provider holds it, and the refund attempt its
+    /// metadata names.
+    Refund(Box<RefundSubject>),
+    /// `charge.refunded`: the charge's refunds when the payload lists them (older API versions
+    /// and expanded payloads do; current ones carry only the charge's `amount_refunded`).
+    ChargeRefunded {
+        charge_id: String,
+        payment_intent: Option<String>,
+        amount_refunded_minor: i64,
+        refunds: Vec<RefundSubject>,
+    },
+    /// `charge.dispute.*`: a dispute on a charge.
+    Dispute(Box<DisputeFacts>),
+    /// Anything else: no attempt record exists for these.
     Untracked,
+}
+
+/// A refund as an event carries it, with the attempt id its metadata names (if well-formed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefundSubject {
+    pub snapshot: RefundSnapshot,
+    pub attempt_id: Option<AttemptId>,
+}
+
+/// The fields of a dispute a person needs to find it and judge it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisputeFacts {
+    pub id: String,
+    pub charge: Option<String>,
+    pub payment_intent: Option<String>,
+    pub amount_minor: i64,
+    pub currency: String,
+    /// Stripe's reason (`fraudulent`, `product_not_received`, ...).
+    pub reason: String,
+    /// `needs_response`, `won`, `lost`, ...
+    pub status: String,
 }
 
 #[derive(Deserialize)]
@@ -127,12 +164,173 @@ struct RawRedirect {
 /// Reads the subject of a stored event. Field for field the same snapshot the provider module
 /// builds from an API answer, so `domain::resolve_snapshot` treats both alike.
 pub fn parse_subject(event_type: &str, payload: &str) -> Result<Subject, EventError> {
-    if !event_type.starts_with("payment_intent.") {
+    let kind = SubjectKind::of(event_type);
+    if kind == SubjectKind::Untracked {
         return Ok(Subject::Untracked);
     }
     let raw: RawEnvelope =
         serde_json::from_str(payload).map_err(|error| EventError::NotAnEvent(error.to_string()))?;
-    let intent: RawPaymentIntent = serde_json::from_value(raw.data.object)
+    match kind {
+        SubjectKind::Payment => parse_payment(raw.data.object),
+        SubjectKind::Refund => Ok(Subject::Refund(Box::new(parse_refund(raw.data.object)?))),
+        SubjectKind::ChargeRefunded => parse_charge_refunded(raw.data.object),
+        SubjectKind::Dispute => Ok(Subject::Dispute(Box::new(parse_dispute(raw.data.object)?))),
+        SubjectKind::Untracked => Ok(Subject::Untracked),
+    }
+}
+
+/// Which object an event type carries, for the types chargeguard acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SubjectKind {
+    Payment,
+    Refund,
+    ChargeRefunded,
+    Dispute,
+    Untracked,
+}
+
+impl SubjectKind {
+    fn of(event_type: &str) -> Self {
+        if event_type.starts_with("payment_intent.") {
+            return Self::Payment;
+        }
+        match event_type {
+            "refund.created" | "refund.updated" | "refund.failed" | "charge.refund.updated" => {
+                Self::Refund
+            }
+            "charge.refunded" => Self::ChargeRefunded,
+            "charge.dispute.created" | "charge.dispute.updated" | "charge.dispute.closed" => {
+                Self::Dispute
+            }
+            _ => Self::Untracked,
+        }
+    }
+}
+
+fn attempt_id_in(metadata: &BTreeMap<String, String>) -> Option<AttemptId> {
+    metadata
+        .get(METADATA_ATTEMPT_ID)
+        .and_then(|id| uuid::Uuid::parse_str(id).ok())
+        .map(AttemptId::from_uuid)
+}
+
+#[derive(Deserialize)]
+struct RawRefund {
+    id: String,
+    object: String,
+    status: String,
+    amount: i64,
+    currency: String,
+    created: i64,
+    #[serde(default)]
+    payment_intent: Option<String>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    failure_reason: Option<String>,
+}
+
+fn parse_refund(object: serde_json::Value) -> Result<RefundSubject, EventError> {
+    let refund: RawRefund =
+        serde_json::from_value(object).map_err(|error| EventError::BadObject(error.to_string()))?;
+    if refund.object != "refund" {
+        return Err(EventError::BadObject(format!("object is {:?}", refund.object)));
+    }
+    if refund.id.is_empty() || refund.id.len() > EVENT_FIELD_LENGTH_MAX {
+        return Err(EventError::BadField("data.object.id"));
+    }
+    Ok(RefundSubject {
+        attempt_id: attempt_id_in(&refund.metadata),
+        snapshot: RefundSnapshot {
+            id: refund.id,
+            payment_id: refund.payment_intent,
+            status: refund.status,
+            amount_minor: refund.amount,
+            currency: refund.currency,
+            created: timestamp(refund.created),
+            metadata: refund.metadata,
+            failure_reason: refund.failure_reason,
+        },
+    })
+}
+
+/// Bound on the refunds read from one `charge.refunded` payload (Stripe embeds at most 10).
+pub const CHARGE_REFUNDS_LISTED_MAX: usize = 100;
+
+#[derive(Deserialize)]
+struct RawCharge {
+    id: String,
+    object: String,
+    #[serde(default)]
+    payment_intent: Option<String>,
+    #[serde(default)]
+    amount_refunded: i64,
+    #[serde(default)]
+    refunds: Option<RawRefundList>,
+}
+
+#[derive(Deserialize)]
+struct RawRefundList {
+    #[serde(default)]
+    data: Vec<serde_json::Value>,
+}
+
+fn parse_charge_refunded(object: serde_json::Value) -> Result<Subject, EventError> {
+    let charge: RawCharge =
+        serde_json::from_value(object).map_err(|error| EventError::BadObject(error.to_string()))?;
+    if charge.object != "charge" {
+        return Err(EventError::BadObject(format!("object is {:?}", charge.object)));
+    }
+    let listed = charge.refunds.map(|list| list.data).unwrap_or_default();
+    if listed.len() > CHARGE_REFUNDS_LISTED_MAX {
+        return Err(EventError::BadField("data.object.refunds.data"));
+    }
+    let refunds = listed
+        .into_iter()
+        .map(parse_refund)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Subject::ChargeRefunded {
+        charge_id: charge.id,
+        payment_intent: charge.payment_intent,
+        amount_refunded_minor: charge.amount_refunded,
+        refunds,
+    })
+}
+
+#[derive(Deserialize)]
+struct RawDispute {
+    id: String,
+    object: String,
+    #[serde(default)]
+    charge: Option<String>,
+    #[serde(default)]
+    payment_intent: Option<String>,
+    amount: i64,
+    currency: String,
+    #[serde(default)]
+    reason: Option<String>,
+    status: String,
+}
+
+fn parse_dispute(object: serde_json::Value) -> Result<DisputeFacts, EventError> {
+    let dispute: RawDispute =
+        serde_json::from_value(object).map_err(|error| EventError::BadObject(error.to_string()))?;
+    if dispute.object != "dispute" {
+        return Err(EventError::BadObject(format!("object is {:?}", dispute.object)));
+    }
+    Ok(DisputeFacts {
+        id: dispute.id,
+        charge: dispute.charge,
+        payment_intent: dispute.payment_intent,
+        amount_minor: dispute.amount,
+        currency: dispute.currency,
+        reason: dispute.reason.unwrap_or_else(|| "unknown".to_owned()),
+        status: dispute.status,
+    })
+}
+
+fn parse_payment(object: serde_json::Value) -> Result<Subject, EventError> {
+    let intent: RawPaymentIntent = serde_json::from_value(object)
         .map_err(|error| EventError::BadObject(error.to_string()))?;
     if intent.object != "payment_intent" {
         return Err(EventError::BadObject(format!(
@@ -140,11 +338,7 @@ pub fn parse_subject(event_type: &str, payload: &str) -> Result<Subject, EventEr
             intent.object
         )));
     }
-    let attempt_id = intent
-        .metadata
-        .get(METADATA_ATTEMPT_ID)
-        .and_then(|id| uuid::Uuid::parse_str(id).ok())
-        .map(AttemptId::from_uuid);
+    let attempt_id = attempt_id_in(&intent.metadata);
     let snapshot = PaymentSnapshot {
         id: intent.id,
         status: ProviderPaymentStatus::parse(&intent.status),
@@ -290,16 +484,93 @@ mod tests {
         );
     }
 
+    fn refund(status: &str) -> serde_json::Value {
+        serde_json::json!({
+            "id": "re_1", "object": "refund", "status": status, "amount": 400,
+            "currency": "usd", "created": 1_700_000_100, "payment_intent": "pi_1",
+            "charge": "ch_1", "failure_reason": null, "new_field": true,
+            "metadata": {"chargeguard_attempt_id": "0190a2b4-0000-7000-8000-000000000002"},
+        })
+    }
+
     #[test]
-    fn refunds_and_charges_are_untracked() {
+    fn refund_events_carry_the_refund_and_its_attempt() {
+        for event_type in ["refund.created", "refund.updated", "refund.failed", "charge.refund.updated"] {
+            let mut failed = refund("failed");
+            failed["failure_reason"] = "expired_or_canceled_card".into();
+            let Subject::Refund(subject) = parse_subject(event_type, &event(event_type, failed)).unwrap() else {
+                panic!("{event_type}: a refund subject")
+            };
+            assert_eq!(subject.snapshot.id, "re_1");
+            assert_eq!(subject.snapshot.payment_id.as_deref(), Some("pi_1"));
+            assert_eq!(subject.snapshot.amount_minor, 400);
+            assert_eq!(subject.snapshot.status, "failed");
+            assert_eq!(subject.snapshot.failure_reason.as_deref(), Some("expired_or_canceled_card"));
+            assert_eq!(
+                subject.attempt_id.unwrap().to_string(),
+                "0190a2b4-0000-7000-8000-000000000002"
+            );
+        }
+        let broken = serde_json::json!({"id": "re_1", "object": "refund"});
+        assert!(matches!(
+            parse_subject("refund.updated", &event("refund.updated", broken)),
+            Err(EventError::BadObject(_))
+        ));
+        assert!(matches!(
+            parse_subject("refund.updated", &event("refund.updated", intent("succeeded"))),
+            Err(EventError::BadObject(_))
+        ));
+    }
+
+    #[test]
+    fn charge_refunded_walks_its_refunds_list_when_it_has_one() {
+        let bare = serde_json::json!({"id": "ch_1", "object": "charge", "payment_intent": "pi_1", "amount_refunded": 400});
+        assert_eq!(
+            parse_subject("charge.refunded", &event("charge.refunded", bare.clone())).unwrap(),
+            Subject::ChargeRefunded {
+                charge_id: "ch_1".into(),
+                payment_intent: Some("pi_1".into()),
+                amount_refunded_minor: 400,
+                refunds: vec![],
+            }
+        );
+        let mut listed = bare;
+        listed["refunds"] = serde_json::json!({"object": "list", "data": [refund("succeeded"), refund("pending")]});
+        let Subject::ChargeRefunded { refunds, .. } =
+            parse_subject("charge.refunded", &event("charge.refunded", listed)).unwrap()
+        else {
+            panic!("a charge")
+        };
+        let statuses: Vec<&str> = refunds.iter().map(|r| r.snapshot.status.as_str()).collect();
+        assert_eq!(statuses, ["succeeded", "pending"]);
+    }
+
+    #[test]
+    fn disputes_are_read_and_other_charge_events_are_untracked() {
+        let dispute = serde_json::json!({
+            "id": "dp_1", "object": "dispute", "amount": 1000, "currency": "usd",
+            "charge": "ch_1", "payment_intent": "pi_1", "reason": "fraudulent", "status": "needs_response",
+        });
+        let Subject::Dispute(facts) =
+            parse_subject("charge.dispute.created", &event("charge.dispute.created", dispute)).unwrap()
+        else {
+            panic!("a dispute")
+        };
+        assert_eq!(
+            *facts,
+            DisputeFacts {
+                id: "dp_1".into(),
+                charge: Some("ch_1".into()),
+                payment_intent: Some("pi_1".into()),
+                amount_minor: 1000,
+                currency: "usd".into(),
+                reason: "fraudulent".into(),
+                status: "needs_response".into(),
+            }
+        );
         let charge = serde_json::json!({"id": "ch_1", "object": "charge"});
         assert_eq!(
-            parse_subject("charge.refunded", &event("charge.refunded", charge)).unwrap(),
-            Subject::Untracked
-        );
-        let refund = serde_json::json!({"id": "re_1", "object": "refund"});
-        assert_eq!(
-            parse_subject("refund.updated", &event("refund.updated", refund)).unwrap(),
+            parse_subject("charge.succeeded", &event("charge.succeeded", charge)).unwrap(),
             Subject::Untracked
         );
     }

@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::decision;
-use super::event::{Subject, parse_subject};
+use super::event::{RefundSubject, Subject, parse_subject};
 use crate::clock::Clock;
-use crate::domain::Attempt;
+use crate::domain::{Attempt, AttemptStatus};
 use crate::orchestrator::OutcomeCache;
 use crate::store::StoreError;
 use crate::store::inbox::{
@@ -139,14 +139,14 @@ impl InboxWorker {
         event: &InboxEvent,
         owner: ClaimOwner,
     ) -> Result<Option<InboxOutcome>, StoreError> {
-        let (settlement, attempt) = self.decide(event).await?;
+        let (settlement, attempt, change) = self.decide(event).await?;
         let settle = SettleEvent {
             event_id: event.event_id.clone(),
             owner,
             dedup_key: event
                 .object_id
                 .clone()
-                .map(|object_id| (object_id, event.event_type.clone())),
+                .map(|object_id| (object_id, dedup_type(&event.event_type, change.as_deref()))),
             settlement,
             now: self.clock.now(),
         };
@@ -160,11 +160,13 @@ impl InboxWorker {
         Ok(outcome)
     }
 
-    /// The settlement, and the attempt it is about when there is one.
-    async fn decide(&self, event: &InboxEvent) -> Result<(Settlement, Option<Attempt>), StoreError> {
+    /// The settlement, the attempt it is about when there is one, and for objects that change
+    /// more than once under one event type (`refund.updated`, `charge.refunded`) the change the
+    /// event reports, which its de-duplication key includes.
+    async fn decide(&self, event: &InboxEvent) -> Result<Decided, StoreError> {
         match parse_subject(&event.event_type, &event.payload) {
-            Err(error) => Ok((decision::unreadable(&error), None)),
-            Ok(Subject::Untracked) => Ok((decision::untracked(&event.event_type), None)),
+            Err(error) => Ok((decision::unreadable(&error), None, None)),
+            Ok(Subject::Untracked) => Ok((decision::untracked(&event.event_type), None, None)),
             Ok(Subject::Payment {
                 snapshot,
                 attempt_id,
@@ -174,9 +176,54 @@ impl InboxWorker {
                     .find_attempt_for_payment(&snapshot.id, attempt_id)
                     .await?;
                 let settlement = decision::for_payment(&event.event_id, &snapshot, attempt.as_ref());
-                Ok((settlement, attempt))
+                Ok((settlement, attempt, None))
+            }
+            Ok(Subject::Refund(subject)) => {
+                let attempt = self.refund_attempt(&subject).await?;
+                let settlement = decision::for_refund(&event.event_id, &subject, attempt.as_ref());
+                Ok((settlement, attempt, Some(subject.snapshot.status.clone())))
+            }
+            Ok(Subject::ChargeRefunded {
+                charge_id,
+                payment_intent,
+                amount_refunded_minor,
+                refunds,
+            }) => {
+                let mut found = Vec::with_capacity(refunds.len());
+                for subject in refunds {
+                    let attempt = self.refund_attempt(&subject).await?;
+                    found.push((subject, attempt));
+                }
+                let charge_attempt = match (found.is_empty(), payment_intent.as_deref()) {
+                    (true, Some(intent)) => self.store.find_attempt_for_payment(intent, None).await?,
+                    _ => None,
+                };
+                let settlement = decision::for_charge_refunded(
+                    &event.event_id,
+                    &charge_id,
+                    charge_attempt.as_ref(),
+                    &found,
+                );
+                let attempt = found.into_iter().find_map(|(_, attempt)| attempt);
+                Ok((settlement, attempt, Some(amount_refunded_minor.to_string())))
+            }
+            Ok(Subject::Dispute(dispute)) => {
+                // Stripe names the PaymentIntent on every dispute of a PaymentIntent's charge;
+                // chargeguard keeps no charge ids, so a dispute without one stays unknown.
+                let attempt = match dispute.payment_intent.as_deref() {
+                    Some(intent) => self.store.find_attempt_for_payment(intent, None).await?,
+                    None => None,
+                };
+                let settlement = decision::for_dispute(&dispute, attempt.as_ref());
+                Ok((settlement, attempt, Some(dispute.status.clone())))
             }
         }
+    }
+
+    async fn refund_attempt(&self, subject: &RefundSubject) -> Result<Option<Attempt>, StoreError> {
+        self.store
+            .find_attempt_for_refund(&subject.snapshot.id, subject.attempt_id)
+            .await
     }
 
     /// Every `interval`, drains until the inbox is empty (bounded per tick). Stops between
@@ -204,11 +251,28 @@ impl InboxWorker {
     }
 }
 
+type Decided = (Settlement, Option<Attempt>, Option<String>);
+
+/// The de-duplication type of an event: its type, and for objects that change more than once
+/// under one type the change it reports (`refund.updated:succeeded`, then
+/// `refund.updated:failed`; `charge.refunded:400`, then `charge.refunded:1000`). A second
+/// distinct event for the same change is still a duplicate.
+fn dedup_type(event_type: &str, change: Option<&str>) -> String {
+    match change {
+        Some(change) => format!("{event_type}:{change}"),
+        None => event_type.to_owned(),
+    }
+}
+
 /// Whether settling wrote to the attempt's row: moved it, or flagged it for review.
 fn changes_the_attempt(outcome: InboxOutcome) -> bool {
     matches!(
         outcome,
-        InboxOutcome::Applied | InboxOutcome::Conflict | InboxOutcome::Flagged
+        InboxOutcome::Applied
+            | InboxOutcome::Conflict
+            | InboxOutcome::Flagged
+            | InboxOutcome::FailedAfterSuccess
+            | InboxOutcome::Disputed
     )
 }
 
@@ -238,6 +302,30 @@ fn record(
             provider_payment_id = %update.provider_payment_id, reason = %reason,
             "provider reports money moved for an attempt answered failed; attempt needs review");
         metrics::counter!("chargeguard_succeeded_after_failure_total").increment(1);
+        metrics::counter!("chargeguard_attempts_flagged_total").increment(1);
+    }
+    if outcome == InboxOutcome::FailedAfterSuccess
+        && let Settlement::Refunds(updates) = settlement
+    {
+        // The money came back to the merchant after the consumer was told it reached the
+        // customer: the consumer must know (the refund attempt reads failed from now on).
+        for update in updates.iter().filter(|update| update.status == AttemptStatus::Failed) {
+            tracing::warn!(event_id = %event.event_id, attempt_id = %update.attempt_id,
+                operation_key = attempt.map(|attempt| attempt.operation_key.as_str()).unwrap_or_default(),
+                provider_refund_id = %update.provider_refund_id,
+                failure_reason = update.failure.as_ref().map(|failure| failure.code.as_str()).unwrap_or_default(),
+                "provider reports a succeeded refund failed; the refund attempt is now failed");
+        }
+        metrics::counter!("chargeguard_refunds_failed_after_success_total").increment(1);
+    }
+    if let (Settlement::Dispute { attempt_id, review_reason }, InboxOutcome::Disputed) =
+        (settlement, outcome)
+    {
+        tracing::warn!(event_id = %event.event_id, attempt_id = %attempt_id,
+            operation_key = attempt.map(|attempt| attempt.operation_key.as_str()).unwrap_or_default(),
+            reason = %review_reason, "charge disputed; attempt needs review");
+        metrics::counter!("chargeguard_disputes_total", "event_type" => event.event_type.clone())
+            .increment(1);
         metrics::counter!("chargeguard_attempts_flagged_total").increment(1);
     }
     if let Some(reason) = review_reason {

@@ -112,7 +112,78 @@ async fn the_upgraded_schema_holds_one_row_per_operation_and_generation(backend:
     assert_eq!(database.attempt_rows().await, 2);
 }
 
+/// Runs `statement` on the test's database; the error text when it was refused.
+async fn refusal(database: &TestDatabase, statement: &str) -> Option<String> {
+    let result = match database.sqlite_path() {
+        None => {
+            let mut connection = <sqlx::PgConnection as sqlx::Connection>::connect(&database.url).await.unwrap();
+            sqlx::query(statement).execute(&mut connection).await.map(drop)
+        }
+        Some(path) => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+            let mut connection = <sqlx::SqliteConnection as sqlx::Connection>::connect_with(&options).await.unwrap();
+            sqlx::query(statement).execute(&mut connection).await.map(drop)
+        }
+    };
+    result.err().map(|error| error.to_string())
+}
+
+fn uuid_literal(backend: Backend, id: Uuid) -> String {
+    match backend {
+        Backend::Postgres => format!("'{id}'"),
+        Backend::Sqlite => format!("X'{}'", id.simple()),
+    }
+}
+
+/// SEMANTICS invariant 8 and its one exception, in the table itself: whoever writes, a succeeded
+/// attempt stays succeeded, except a refund that moves to failed with failed_after_success_at.
+async fn a_succeeded_attempt_leaves_succeeded_only_as_a_refund_the_provider_failed(backend: Backend) {
+    let database = TestDatabase::create_on(backend).await;
+    let _store = database.open_store().await;
+    let charge = Uuid::now_v7();
+    assert_eq!(database.execute(&decided_charge_insert(backend, charge)).await, 1);
+    let refund = Uuid::now_v7();
+    let refund_insert = decided_charge_insert(backend, refund)
+        .replace("'order-1:charge', 'charge'", "'order-1:refund-1', 'refund'")
+        .replace("'pi_1', 'succeeded', 'cg1-k-g0'", "'re_1', 'succeeded', 'cg1-r-g0'")
+        .replace("review_history)", "review_history, parent_attempt_id)")
+        .replace("'cleared once')", &format!("'cleared once', {})", uuid_literal(backend, charge)));
+    assert_eq!(database.execute(&refund_insert).await, 1, "{refund_insert}");
+
+    let (instant, charge_id, refund_id) = match backend {
+        Backend::Postgres => ("now()".to_owned(), uuid_literal(backend, charge), uuid_literal(backend, refund)),
+        Backend::Sqlite => ("1764583300000000".to_owned(), uuid_literal(backend, charge), uuid_literal(backend, refund)),
+    };
+    for (what, statement) in [
+        ("a charge to failed", format!("UPDATE payment_attempts SET status = 'failed' WHERE id = {charge_id}")),
+        ("a charge to pending", format!("UPDATE payment_attempts SET status = 'pending' WHERE id = {charge_id}")),
+        (
+            "a charge to failed claiming failed after success",
+            format!("UPDATE payment_attempts SET status = 'failed', failed_after_success_at = {instant} WHERE id = {charge_id}"),
+        ),
+        ("a refund to failed without failed_after_success_at", format!("UPDATE payment_attempts SET status = 'failed' WHERE id = {refund_id}")),
+        (
+            "a refund to pending",
+            format!("UPDATE payment_attempts SET status = 'pending' WHERE id = {refund_id}"),
+        ),
+    ] {
+        assert!(refusal(&database, &statement).await.is_some(), "{what} must be refused");
+    }
+    let allowed = format!(
+        "UPDATE payment_attempts SET status = 'failed', failure_code = 'expired_or_canceled_card',
+             failed_after_success_at = {instant} WHERE id = {refund_id}"
+    );
+    assert_eq!(refusal(&database, &allowed).await, None, "the one move out of succeeded");
+    let store = database.open_store().await;
+    let charge_row = store.find_by_id(None, AttemptId::from_uuid(charge)).await.unwrap().unwrap();
+    assert_eq!(charge_row.status, AttemptStatus::Succeeded);
+    let refund_row = store.find_by_id(None, AttemptId::from_uuid(refund)).await.unwrap().unwrap();
+    assert_eq!(refund_row.status, AttemptStatus::Failed);
+    assert!(refund_row.failed_after_success_at.is_some());
+}
+
 on_both_backends!(
     rows_written_before_refunds_survive_the_upgrade,
     the_upgraded_schema_holds_one_row_per_operation_and_generation,
+    a_succeeded_attempt_leaves_succeeded_only_as_a_refund_the_provider_failed,
 );

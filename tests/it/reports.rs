@@ -111,7 +111,7 @@ pub(crate) async fn run_json(app: &TestApp, extra: &[(&str, &str)]) -> (i32, Val
     (run.code, report)
 }
 
-async fn sql(app: &TestApp, statement: &str, binds: &[&str]) {
+pub(crate) async fn sql(app: &TestApp, statement: &str, binds: &[&str]) {
     let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
     let mut query = sqlx::query(statement);
     for bind in binds {
@@ -122,7 +122,7 @@ async fn sql(app: &TestApp, statement: &str, binds: &[&str]) {
 }
 
 /// Charges `operation_key` as `orders`; returns (attempt id, provider payment id).
-async fn charge(app: &TestApp, operation_key: &str, payment_method: &str) -> (String, String) {
+pub(crate) async fn charge(app: &TestApp, operation_key: &str, payment_method: &str) -> (String, String) {
     let mut request = charge_request(operation_key);
     request.payment_method = payment_method.into();
     let attempt = app.charge(request).await.unwrap().attempt.unwrap();
@@ -152,7 +152,7 @@ async fn pending_charge(app: &TestApp, operation_key: &str) -> String {
     id.to_string()
 }
 
-async fn refund(app: &TestApp, payment_intent: &str, amount_minor: i64) {
+pub(crate) async fn refund(app: &TestApp, payment_intent: &str, amount_minor: i64) {
     let amount = amount_minor.to_string();
     post_to_simulator(
         app,
@@ -199,9 +199,10 @@ async fn seed_every_category(app: &TestApp) -> Seeded {
     let mut expected = BTreeMap::new();
     let sim = app.sim();
 
-    let (_, matched_intent) = charge(app, "matched-1", "pm_card_visa").await;
-    expected.insert("matched-1".to_owned(), "matched");
-    refund(app, &matched_intent, 300).await;
+    // Refunded straight at the provider, not through chargeguard: a refund no attempt claims.
+    let (_, refunded_intent) = charge(app, "refunded-outside-1", "pm_card_visa").await;
+    expected.insert("refunded-outside-1".to_owned(), "orphan_refund");
+    refund(app, &refunded_intent, 300).await;
     charge(app, "declined-1", "pm_card_chargeDeclined").await;
     expected.insert("declined-1".to_owned(), "matched");
     // Printable ASCII is a valid operation key: the HTML must show it, escaped.
@@ -312,7 +313,7 @@ fn json_row_key(row: &Value) -> String {
     }
 }
 
-fn json_categories(report: &Value) -> BTreeMap<String, String> {
+pub(crate) fn json_categories(report: &Value) -> BTreeMap<String, String> {
     report["rows"]
         .as_array()
         .unwrap()
@@ -326,7 +327,7 @@ fn json_categories(report: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn summary_count(report: &Value, category: &str) -> u64 {
+pub(crate) fn summary_count(report: &Value, category: &str) -> u64 {
     report["summary"]["categories"]
         .as_array()
         .unwrap()
@@ -373,6 +374,7 @@ async fn every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up() 
         "stale_unfinished",
         "expired",
         "in_progress",
+        "orphan_refund",
     ] {
         let counted = rows
             .iter()
@@ -434,10 +436,10 @@ async fn every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up() 
         );
         assert_eq!(entry["ours_refunded_minor"], 0);
     }
-    // usd ours: matched, escaped, amount (1000 each), double (1000), missing (2500).
+    // usd ours: refunded outside, escaped, amount (1000 each), double (1000), missing (2500).
     assert_eq!(totals["usd"]["ours_succeeded_minor"], 6_500);
     assert_eq!(totals["usd"]["ours_succeeded"], "65.00");
-    // usd provider: matched, escaped, currency-1 (1000 each), amount (1500), status (1000),
+    // usd provider: refunded outside, escaped, currency-1 (1000 each), amount (1500), status (1000),
     // orphans (700 + 800), double (1000 + 1000).
     assert_eq!(totals["usd"]["provider_succeeded_minor"], 9_000);
     assert_eq!(totals["usd"]["provider_refunded_minor"], 300);
@@ -496,8 +498,10 @@ async fn csv_parses_back_and_html_is_one_self_contained_escaped_page() {
             assert_eq!(&record[column("provider_amount_minor")], "1500");
             assert_eq!(&record[column("provider_amount")], "15.00");
         }
-        if key == "matched-1" {
+        if key == "refunded-outside-1" {
             assert_eq!(&record[column("provider_refunded")], "3.00");
+            assert_eq!(&record[column("our_refunded")], "0.00");
+            assert!(record[column("orphan_refund_ids")].starts_with("re_"));
         }
         categories.insert(key, record[column("category")].to_owned());
     }

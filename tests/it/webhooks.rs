@@ -26,7 +26,7 @@ use crate::support::{
     Backend, SIM_API_KEY, TestApp, charge_request, error_code, outcome_of, status_of,
 };
 
-const SECRET: &str = "whsec_chargeguard_it";
+pub(crate) const SECRET: &str = "whsec_chargeguard_it";
 const OLD_SECRET: &str = "whsec_chargeguard_it_old";
 const CLAIM: Duration = Duration::from_secs(60);
 /// Bound on drain passes in one test: far more than any test's events.
@@ -34,18 +34,18 @@ const DRAINS_MAX: usize = 100;
 
 /// The app with webhooks on, the simulator sending to it, and a worker and a retention job of
 /// the test's own on the same database and clock.
-struct Hooked {
-    app: TestApp,
-    store: Arc<PostgresStore>,
-    worker: InboxWorker,
+pub(crate) struct Hooked {
+    pub(crate) app: TestApp,
+    pub(crate) store: Arc<PostgresStore>,
+    pub(crate) worker: InboxWorker,
 }
 
 impl Hooked {
-    async fn spawn() -> Self {
+    pub(crate) async fn spawn() -> Self {
         Self::spawn_with(|_| {}).await
     }
 
-    async fn spawn_with(customize: impl FnOnce(&mut chargeguard::config::Config)) -> Self {
+    pub(crate) async fn spawn_with(customize: impl FnOnce(&mut chargeguard::config::Config)) -> Self {
         let app = TestApp::spawn_with(|config| {
             config.webhooks.secrets = vec![Secret::new(OLD_SECRET), Secret::new(SECRET)];
             config.webhooks.worker_interval_ms = 3_600_000;
@@ -94,14 +94,14 @@ impl Hooked {
     }
 
     /// Delivers everything the simulator has queued; every delivery must be acknowledged.
-    async fn flush(&self) {
+    pub(crate) async fn flush(&self) {
         let report = self.app.sim().flush_webhooks().await.unwrap();
         assert_eq!(report.pending, 0, "{report:?}");
         assert_eq!(report.given_up_total, 0, "{report:?}");
     }
 
     /// Delivers what the simulator queued, then drains the inbox.
-    async fn deliver(&self) -> Vec<SettledEvent> {
+    pub(crate) async fn deliver(&self) -> Vec<SettledEvent> {
         self.flush().await;
         self.drain().await
     }
@@ -116,7 +116,7 @@ impl Hooked {
     }
 
     /// Drains the inbox until the worker finds it empty; what was settled, in order.
-    async fn drain(&self) -> Vec<SettledEvent> {
+    pub(crate) async fn drain(&self) -> Vec<SettledEvent> {
         let mut settled = Vec::new();
         for _ in 0..DRAINS_MAX {
             match self.worker.try_drain_once().await.unwrap() {
@@ -131,14 +131,14 @@ impl Hooked {
     }
 
     /// (event id, event type, outcome) of every inbox row, oldest first.
-    async fn inbox(&self) -> Vec<(String, String, Option<String>)> {
+    pub(crate) async fn inbox(&self) -> Vec<(String, String, Option<String>)> {
         sqlx::query_as("SELECT event_id, event_type, outcome FROM webhook_inbox ORDER BY received_at, event_id")
             .fetch_all(self.store.pool())
             .await
             .unwrap()
     }
 
-    async fn post(&self, body: &str, signature: Option<String>) -> reqwest::StatusCode {
+    pub(crate) async fn post(&self, body: &str, signature: Option<String>) -> reqwest::StatusCode {
         let mut request = reqwest::Client::new()
             .post(format!("http://{}/webhooks/stripe", self.app.http_addr))
             .header("content-type", "application/json")
@@ -159,7 +159,7 @@ fn store_of(app: &TestApp) -> PostgresStore {
     PostgresStore::connect_lazy(&app.database.url, &options).unwrap()
 }
 
-fn outcomes(settled: &[SettledEvent], event_type: &str) -> Vec<InboxOutcome> {
+pub(crate) fn outcomes(settled: &[SettledEvent], event_type: &str) -> Vec<InboxOutcome> {
     settled
         .iter()
         .filter(|s| s.event_type == event_type)
@@ -167,7 +167,7 @@ fn outcomes(settled: &[SettledEvent], event_type: &str) -> Vec<InboxOutcome> {
         .collect()
 }
 
-fn status(attempt: &proto::Attempt) -> AttemptStatus {
+pub(crate) fn status(attempt: &proto::Attempt) -> AttemptStatus {
     AttemptStatus::try_from(attempt.status).unwrap()
 }
 
@@ -337,12 +337,12 @@ async fn two_distinct_events_for_one_change_apply_once() {
 
 /// Records what the simulator delivers to it, to hand it to chargeguard later (out of order).
 #[derive(Clone, Default)]
-struct Recorder {
+pub(crate) struct Recorder {
     received: Arc<Mutex<Vec<(String, String, String)>>>,
 }
 
 impl Recorder {
-    async fn start() -> (Self, String) {
+    pub(crate) async fn start() -> (Self, String) {
         let recorder = Self::default();
         let app = axum::Router::new()
             .route("/hook", axum::routing::post(record))
@@ -617,7 +617,7 @@ async fn three_d_secure_completed_by_the_customer_is_applied_by_its_webhook() {
 }
 
 #[tokio::test]
-async fn refund_events_are_kept_as_unknown_objects_and_counted() {
+async fn a_refund_made_outside_chargeguard_is_kept_as_an_unknown_object_and_counted() {
     let hooked = Hooked::spawn().await;
     let paid = hooked
         .app
@@ -647,7 +647,8 @@ async fn refund_events_are_kept_as_unknown_objects_and_counted() {
     );
     assert_eq!(
         outcomes(&settled, "charge.refunded"),
-        [InboxOutcome::UnknownObject]
+        [InboxOutcome::Stale],
+        "a charge chargeguard made: its refunds settle by their own events"
     );
     assert_eq!(hooked.inbox().await.len(), 3, "kept, not dropped");
     assert_eq!(
@@ -663,7 +664,8 @@ async fn refund_events_are_kept_as_unknown_objects_and_counted() {
         .await
         .unwrap();
     for needle in [
-        r#"chargeguard_webhook_events_total{event_type="charge.refunded",outcome="unknown_object"}"#,
+        r#"chargeguard_webhook_events_total{event_type="refund.created",outcome="unknown_object"}"#,
+        r#"chargeguard_webhook_events_total{event_type="charge.refunded",outcome="stale"}"#,
         "chargeguard_webhook_inbox_depth",
         "chargeguard_webhook_inbox_oldest_age_seconds",
         r#"chargeguard_webhook_requests_total{result="stored"}"#,
@@ -1015,7 +1017,7 @@ async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others() {
 
 /// A counter's value on `/metrics` (0 when not yet rendered). The recorder is one per test
 /// binary, so tests compare before and after.
-async fn counter(app: &TestApp, name: &str) -> f64 {
+pub(crate) async fn counter(app: &TestApp, name: &str) -> f64 {
     let text = reqwest::get(format!("http://{}/metrics", app.http_addr))
         .await
         .unwrap()
@@ -1197,7 +1199,7 @@ async fn settle_as_if_pending(
 }
 
 /// The attempt as the store reads it.
-async fn attempt_record(hooked: &Hooked, attempt_id: &str) -> chargeguard::domain::Attempt {
+pub(crate) async fn attempt_record(hooked: &Hooked, attempt_id: &str) -> chargeguard::domain::Attempt {
     let id = chargeguard::domain::AttemptId::from_uuid(attempt_id.parse().unwrap());
     hooked.store.find_attempt_for_payment("pi_none", Some(id)).await.unwrap().unwrap()
 }

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 
 use crate::report::{ReportRow, major_units};
 
-pub const HEADER: [&str; 22] = [
+pub const HEADER: [&str; 26] = [
     "seq",
     "category",
     "discrepancy",
@@ -29,6 +29,10 @@ pub const HEADER: [&str; 22] = [
     "provider_refunded",
     "provider_created_at",
     "review_reason",
+    "our_refunded_minor",
+    "our_refunded",
+    "orphan_refund_ids",
+    "mismatched_refund_attempt_ids",
 ];
 
 pub fn write_header(out: &mut dyn Write) -> io::Result<()> {
@@ -101,6 +105,25 @@ pub fn write_row(out: &mut dyn Write, row: &ReportRow) -> io::Result<()> {
             .map(|o| o.created_at.to_rfc3339())
             .unwrap_or_default(),
         text(attempt.and_then(|a| a.review_reason.as_deref())),
+        attempt
+            .map(|a| a.ours_refunded_minor.to_string())
+            .unwrap_or_default(),
+        attempt
+            .map(|a| major_units(&a.currency, a.ours_refunded_minor))
+            .unwrap_or_default(),
+        attempt
+            .map(|a| {
+                let ids: Vec<&str> = a.refunds.orphans.iter().map(|r| r.id.as_str()).collect();
+                ids.join(" ")
+            })
+            .unwrap_or_default(),
+        attempt
+            .map(|a| {
+                let ids: Vec<&str> =
+                    a.refunds.mismatches.iter().map(|r| r.attempt_id.as_str()).collect();
+                ids.join(" ")
+            })
+            .unwrap_or_default(),
     ];
     write_record(out, fields.into_iter())
 }

@@ -14,7 +14,7 @@ th{background:#eee}td.num{text-align:right;font-variant-numeric:tabular-nums}\
 tr.discrepancy{background:#fee}tr.double_charge{background:#fbb;font-weight:bold}\
 td.zero{color:#999}details{margin-top:2em}summary{cursor:pointer;font-size:1.2em}";
 
-const ROW_HEADER: [&str; 11] = [
+const ROW_HEADER: [&str; 12] = [
     "#",
     "category",
     "detail",
@@ -26,6 +26,7 @@ const ROW_HEADER: [&str; 11] = [
     "provider status",
     "provider",
     "refunded",
+    "ours refunded",
 ];
 
 pub fn write_start(out: &mut dyn Write, summary: &Summary) -> io::Result<()> {
@@ -190,6 +191,10 @@ pub fn write_row(out: &mut dyn Write, row: &ReportRow) -> io::Result<()> {
         statuses.join(" "),
         provider_amount,
         refunded,
+        attempt
+            .filter(|a| a.ours_refunded_minor > 0)
+            .map(|a| money(&a.currency, a.ours_refunded_minor))
+            .unwrap_or_default(),
     ];
     write!(out, "<tr class=\"{}\">", escape(&class))?;
     for cell in cells {

@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::report::{ReportRow, Summary, major_units};
+use crate::report::{RefundFacts, ReportRow, Summary, major_units};
 
 #[derive(Serialize)]
 struct SummaryJson<'a> {
@@ -83,6 +83,11 @@ struct AttemptJson<'a> {
     failure_code: Option<&'a str>,
     review_reason: Option<&'a str>,
     created_at: DateTime<Utc>,
+    /// Its refund attempts recorded succeeded.
+    refunded_minor: i64,
+    refunded: String,
+    /// Where its refunds disagree with the provider's (lists bounded, totals complete).
+    refunds: &'a RefundFacts,
 }
 
 #[derive(Serialize)]
@@ -170,6 +175,9 @@ pub fn write_row(out: &mut dyn Write, row: &ReportRow, first: bool) -> io::Resul
             failure_code: attempt.failure_code.as_deref(),
             review_reason: attempt.review_reason.as_deref(),
             created_at: attempt.created_at,
+            refunded_minor: attempt.ours_refunded_minor,
+            refunded: major_units(&attempt.currency, attempt.ours_refunded_minor),
+            refunds: &attempt.refunds,
         }),
         provider_objects_total: row.objects_total,
         provider_objects: row
