@@ -1,9 +1,11 @@
 //! chargeguard's HTTP port: metrics and health for operators; `webhook::route` adds the Stripe webhook endpoint.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -21,6 +23,21 @@ pub fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(state)
+}
+
+/// Cuts off a request, with 408, that is not received and answered within `timeout`: a webhook
+/// whose body never arrives must not hold its connection (and a task) for ever.
+pub fn with_request_timeout(router: Router, timeout: Duration) -> Router {
+    router.layer(axum::middleware::from_fn(move |request: Request, next: Next| async move {
+        match tokio::time::timeout(timeout, next.run(request)).await {
+            Ok(response) => response,
+            Err(_) => {
+                metrics::counter!("chargeguard_http_requests_timed_out_total").increment(1);
+                tracing::info!(timeout_ms = timeout.as_millis() as u64, "HTTP request cut off: not received and answered in time");
+                (StatusCode::REQUEST_TIMEOUT, [(axum::http::header::CONNECTION, "close")], "request not received in time\n").into_response()
+            }
+        }
+    }))
 }
 
 async fn metrics() -> impl IntoResponse {

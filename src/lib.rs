@@ -20,4 +20,5 @@ pub mod startup;
 pub mod store;
 pub mod sweep_job;
 pub mod telemetry;
+pub mod tls;
 pub mod webhook;

@@ -23,7 +23,7 @@ impl PaymentsService {
 #[tonic::async_trait]
 impl Payments for PaymentsService {
     async fn charge(&self, request: Request<proto::ChargeRequest>) -> Result<Response<proto::ChargeResponse>, Status> {
-        let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        let consumer = self.authenticator.authenticate(&request).map_err(status::unauthenticated)?;
         let settings = self.orchestrator.settings();
         let charge = convert::charge_request(request.get_ref(), settings.amount_minor_max)
             .map_err(status::invalid_field)?;
@@ -36,12 +36,12 @@ impl Payments for PaymentsService {
 
     async fn refund(&self, request: Request<proto::RefundRequest>) -> Result<Response<proto::RefundResponse>, Status> {
         // The refund work (issue 15) implements this; nothing is written or sent meanwhile.
-        self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        self.authenticator.authenticate(&request).map_err(status::unauthenticated)?;
         Err(Status::unimplemented("Refund is not implemented yet"))
     }
 
     async fn get_attempt(&self, request: Request<proto::GetAttemptRequest>) -> Result<Response<proto::GetAttemptResponse>, Status> {
-        let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        let consumer = self.authenticator.authenticate(&request).map_err(status::unauthenticated)?;
         let selector = convert::selector(request.get_ref()).map_err(status::invalid_field)?;
         let attempt = self.orchestrator.get_attempt(&consumer, selector).await.map_err(status::from_orchestrator)?;
         // Counted by the attempt-number work (issue 16); until then an operation has one.
@@ -49,7 +49,7 @@ impl Payments for PaymentsService {
     }
 
     async fn list_attempts(&self, request: Request<proto::ListAttemptsRequest>) -> Result<Response<proto::ListAttemptsResponse>, Status> {
-        let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        let consumer = self.authenticator.authenticate(&request).map_err(status::unauthenticated)?;
         let settings = self.orchestrator.settings();
         let body = request.get_ref();
         let filter = convert::list_filter(body).map_err(status::invalid_field)?;

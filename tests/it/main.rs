@@ -13,6 +13,7 @@ mod outcome_cache;
 mod ops;
 mod provider;
 mod recovery;
+mod security;
 mod reports;
 mod simulator;
 mod store;
