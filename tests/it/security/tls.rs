@@ -156,3 +156,43 @@ async fn a_rotated_certificate_is_picked_up_without_a_restart_while_a_call_is_in
         assert!(client.charge(authed(ORDERS_TOKEN, charge_request("rotate-4"))).await.is_err(), "the old certificate is no longer served");
     }
 }
+
+#[tokio::test]
+async fn the_cli_charges_over_mutual_tls_with_its_ca_cert_and_key_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server_ca, client_ca) = (Ca::new("server CA"), Ca::new("client CA"));
+    let orders_cert = client_ca.client("orders");
+    let files = ServerFiles::write(dir.path(), &server_ca.server(), Some(&client_ca));
+    let app = TestApp::spawn_with(|config| {
+        files.configure(config, true);
+        let orders = config.consumers.iter_mut().find(|consumer| consumer.name == "orders").unwrap();
+        orders.client_cert_sha256 = certificate_sha256(&orders_cert.der).into();
+    })
+    .await;
+    let (ca_file, cert_file, key_file) = (dir.path().join("ca.pem"), dir.path().join("orders.pem"), dir.path().join("orders-key.pem"));
+    std::fs::write(&ca_file, &server_ca.pem).unwrap();
+    std::fs::write(&cert_file, &orders_cert.cert_pem).unwrap();
+    std::fs::write(&key_file, &orders_cert.key_pem).unwrap();
+    let server = format!("https://{}", app.grpc_addr);
+    let charge = |with_certificate: bool| {
+        let mut command = crate::ops::process::command(dir.path());
+        command
+            .args(["charge", "--operation", "cli-tls-1", "--amount", "1000", "--currency", "usd", "--payment-method", "pm_card_visa", "--json"])
+            .args(["--server", &server, "--ca-file", ca_file.to_str().unwrap()])
+            .env("CHARGEGUARD_TOKEN", ORDERS_TOKEN);
+        if with_certificate {
+            command.args(["--cert-file", cert_file.to_str().unwrap(), "--key-file", key_file.to_str().unwrap()]);
+        }
+        command.output()
+    };
+    let output = charge(true).await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "exit {}; stderr:\n{stderr}", output.status);
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(answer["attempt"]["consumer"], "orders", "{answer}");
+    assert!(!stderr.contains(&orders_cert.key_pem[40..80]), "the key is never printed");
+
+    let without = charge(false).await.unwrap();
+    assert!(!without.status.success(), "without its certificate the CLI is refused");
+    assert_eq!(app.creates().await.len(), 1);
+}
