@@ -9,6 +9,8 @@ pub mod config;
 pub mod domain;
 pub mod embedded;
 pub mod failpoints;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod grpc;
 pub mod http;
 pub mod orchestrator;

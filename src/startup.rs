@@ -271,7 +271,7 @@ impl Application {
             Reloader::new(files, ports, Duration::from_millis(server.tls_reload_interval_ms)).spawn(shutdown.clone())
         });
         let grpc = tokio::spawn(grpc);
-        let http = tokio::spawn(async move { http.await });
+        let http = tokio::spawn(http);
         let sweep = if core.config.sweep.enabled {
             Some(SweepJob::start(core.orchestrator.clone(), &core.config.sweep.schedule, shutdown.clone()).await?)
         } else {

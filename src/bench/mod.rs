@@ -35,6 +35,8 @@ pub const TOKEN_ENV: &str = "CHARGEGUARD_BENCH_TOKEN";
 pub const PROVIDER_KEY_ENV: &str = "CHARGEGUARD_BENCH_PROVIDER_API_KEY";
 
 #[derive(Debug, clap::Subcommand)]
+// Parsed once per process: the size of the largest variant costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 pub enum BenchCommand {
     /// Calls `Charge` over gRPC in a closed loop and reports throughput and latency.
     Charge(ChargeArgs),

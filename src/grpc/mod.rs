@@ -2,7 +2,7 @@
 //! prost types; every error becomes a `tonic::Status` in one place (`status.rs`).
 
 mod auth;
-mod convert;
+pub(crate) mod convert;
 mod limits;
 mod payments;
 mod reports;
