@@ -89,7 +89,8 @@ mod tests {
     /// the fuzzer finds is kept, so it stays fixed) — a plain unit test, no fuzzer needed.
     #[test]
     fn every_fuzz_seed_and_regression_runs_clean() {
-        let targets: [(&str, fn(&[u8])); 5] = [
+        type Target = fn(&[u8]);
+        let targets: [(&str, Target); 5] = [
             ("webhook", super::webhook),
             ("charge_request", super::charge_request),
             ("operation", super::operation),
