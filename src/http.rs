@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -23,6 +25,41 @@ pub fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(state)
+}
+
+/// Serves `router` on `listener` as `axum::serve` does, plus a bound on reading each request's
+/// headers (`header_read_timeout`: axum's own serve sets no timer, so a client sending headers
+/// a byte at a time would hold its connection for ever). Stops accepting when `shutdown` is
+/// cancelled, lets each connection finish the request it is on, and returns once all closed.
+pub async fn serve<L>(mut listener: L, router: Router, header_read_timeout: Duration, shutdown: CancellationToken)
+where
+    L: axum::serve::Listener,
+{
+    let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_read_timeout);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (io, _peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (builder, shutdown) = (builder.clone(), shutdown.clone());
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        connections.spawn(async move {
+            let connection = builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(io), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+        // Reap finished connections so the set holds only open ones.
+        while connections.try_join_next().is_some() {}
+    }
+    while connections.join_next().await.is_some() {}
 }
 
 /// Cuts off a request, with 408, that is not received and answered within `timeout`: a webhook

@@ -257,14 +257,25 @@ impl Application {
             http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
         }
         let http_router = crate::http::with_request_timeout(http_router, Duration::from_millis(server.http_request_timeout_ms));
-        let http_shutdown = shutdown.clone().cancelled_owned();
+        // Headers are bounded by the same time (hyper's header_read_timeout in http::serve).
+        let http_request_timeout = Duration::from_millis(server.http_request_timeout_ms);
         let http: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match &self.http_tls {
             Some(tls) => {
                 let accepted = crate::tls::accept_loop(self.http_listener, tls.clone(), handshake_timeout, shutdown.clone());
                 let listener = HttpsListener::new(accepted, http_addr);
-                Box::pin(async move { axum::serve(listener, http_router).with_graceful_shutdown(http_shutdown).await })
+                let served = crate::http::serve(listener, http_router, http_request_timeout, shutdown.clone());
+                Box::pin(async move {
+                    served.await;
+                    Ok(())
+                })
             }
-            None => Box::pin(async move { axum::serve(self.http_listener, http_router).with_graceful_shutdown(http_shutdown).await }),
+            None => {
+                let served = crate::http::serve(self.http_listener, http_router, http_request_timeout, shutdown.clone());
+                Box::pin(async move {
+                    served.await;
+                    Ok(())
+                })
+            }
         };
         let reloader = TlsFiles::from_config(server).map(|files| {
             let ports = self.grpc_tls.iter().chain(self.http_tls.iter()).cloned().collect();

@@ -1,6 +1,6 @@
 //! What a hostile or broken client sends gets a clear answer, never INTERNAL, UNKNOWN or a 5xx:
 //! random and bit-flipped Charge messages, odd authorization metadata, malformed webhook
-//! requests, and a webhook whose body never arrives (cut off in bounded time). Afterwards the
+//! requests, and a webhook whose body or headers never arrive (cut off in bounded time). Afterwards the
 //! server still serves.
 
 use std::time::{Duration, Instant};
@@ -176,6 +176,17 @@ async fn random_and_bit_flipped_messages_and_malformed_webhooks_get_clear_answer
     let answer = String::from_utf8_lossy(&answer);
     println!("a webhook body that never arrives: cut off after {waited:?}: {:?}", answer.lines().next());
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(waited >= Duration::from_millis(HTTP_REQUEST_TIMEOUT_MS - 100), "{waited:?}");
+
+    // Headers that never end (a byte now and then would do the same) are cut off too.
+    let mut slow_headers = tokio::net::TcpStream::connect(app.http_addr).await.unwrap();
+    slow_headers.write_all(b"POST /webhooks/stripe HTTP/1.1\r\nHost: chargeguard\r\nStripe-Sig").await.unwrap();
+    let sent = Instant::now();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), slow_headers.read_to_end(&mut answer)).await;
+    let waited = sent.elapsed();
+    assert!(read.is_ok(), "a connection whose headers never end was not cut off within 10 s");
+    println!("headers that never end: connection closed after {waited:?}: {:?}", String::from_utf8_lossy(&answer).lines().next());
     assert!(waited >= Duration::from_millis(HTTP_REQUEST_TIMEOUT_MS - 100), "{waited:?}");
 
     // Still serving.
