@@ -53,6 +53,25 @@ pub struct ServerConfig {
     pub grpc_request_bytes_max: usize,
     /// How long shutdown waits for in-flight calls.
     pub shutdown_grace_ms: u64,
+    /// PEM certificate chain of the server; with `tls_key_file`, the gRPC port (and the HTTP
+    /// port, see `tls_on_http`) speaks TLS 1.2+ only. Re-read on SIGHUP and when the file changes.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of `tls_cert_file` (PKCS#8, PKCS#1 or SEC1). Never logged.
+    pub tls_key_file: Option<PathBuf>,
+    /// PEM CA certificates; set, every gRPC client must present a certificate they signed.
+    pub tls_client_ca_file: Option<PathBuf>,
+    /// With TLS configured, the HTTP port (webhooks, metrics, health) speaks TLS too, with the
+    /// same certificate and no client certificate. Off where an ingress ends TLS for it.
+    pub tls_on_http: bool,
+    /// Refuse to start when a listener on a non-loopback address would speak plaintext.
+    pub require_tls: bool,
+    /// How often the certificate files are checked for changes (SIGHUP re-reads at once).
+    pub tls_reload_interval_ms: u64,
+    /// A TLS handshake not finished within this is dropped (slow or idle clients).
+    pub tls_handshake_timeout_ms: u64,
+    /// An HTTP request (headers and body, e.g. a webhook) not received and answered within this
+    /// is cut off with 408.
+    pub http_request_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -160,8 +179,97 @@ pub struct SweepConfig {
 #[serde(deny_unknown_fields)]
 pub struct ConsumerConfig {
     pub name: String,
-    /// Lowercase hex SHA-256 of the bearer token (`chargeguard hash-token` prints it).
-    pub token_sha256: String,
+    /// Lowercase hex SHA-256 of each bearer token (`chargeguard hash-token` prints it); several
+    /// while rotating. Empty when the consumer is identified by certificate only.
+    #[serde(default)]
+    pub token_sha256: Sha256List,
+    /// Lowercase hex SHA-256 of the DER of each client certificate that identifies this consumer
+    /// (needs `server.tls_client_ca_file`). With tokens too, a call needs both.
+    #[serde(default)]
+    pub client_cert_sha256: Sha256List,
+    /// Token bucket: calls per second sustained, and the burst above it.
+    #[serde(default = "requests_per_second_max_default")]
+    pub requests_per_second_max: u32,
+    #[serde(default = "burst_max_default")]
+    pub burst_max: u32,
+    /// Calls of this consumer running at once; more are refused, not queued.
+    #[serde(default = "calls_in_flight_max_default")]
+    pub calls_in_flight_max: u32,
+}
+
+fn requests_per_second_max_default() -> u32 {
+    500
+}
+fn burst_max_default() -> u32 {
+    1_000
+}
+fn calls_in_flight_max_default() -> u32 {
+    256
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            token_sha256: Sha256List::default(),
+            client_cert_sha256: Sha256List::default(),
+            requests_per_second_max: requests_per_second_max_default(),
+            burst_max: burst_max_default(),
+            calls_in_flight_max: calls_in_flight_max_default(),
+        }
+    }
+}
+
+/// One SHA-256 (a string) or several (a list) in configuration: `token_sha256 = "…"` stays valid
+/// while `token_sha256 = ["…new…", "…old…"]` rotates. Kept lowercase as written; `validate`
+/// refuses anything but 64 lowercase hex digits.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sha256List(Vec<String>);
+
+impl Sha256List {
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<String> for Sha256List {
+    fn from(hash: String) -> Self {
+        Self(vec![hash])
+    }
+}
+
+impl From<Vec<String>> for Sha256List {
+    fn from(hashes: Vec<String>) -> Self {
+        Self(hashes)
+    }
+}
+
+impl Serialize for Sha256List {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => serializer.serialize_str(one),
+            many => many.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Sha256List {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(String),
+            Many(Vec<String>),
+        }
+        Ok(match OneOrMany::deserialize(deserializer)? {
+            OneOrMany::One(hash) => Self(vec![hash]),
+            OneOrMany::Many(hashes) => Self(hashes),
+        })
+    }
 }
 
 /// Reconciliation reports (`chargeguard report`, the `Reports` gRPC service).
@@ -209,8 +317,9 @@ pub enum OperatorRole {
 #[serde(deny_unknown_fields)]
 pub struct OperatorConfig {
     pub name: String,
-    /// Lowercase hex SHA-256 of the bearer token (`chargeguard hash-token` prints it).
-    pub token_sha256: String,
+    /// Lowercase hex SHA-256 of each bearer token (`chargeguard hash-token` prints it); several
+    /// while rotating.
+    pub token_sha256: Sha256List,
     pub role: OperatorRole,
 }
 
@@ -261,6 +370,14 @@ impl Default for ServerConfig {
             // tonic's own default, now chosen rather than inherited.
             grpc_request_bytes_max: GRPC_REQUEST_BYTES_DEFAULT,
             shutdown_grace_ms: 20_000,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_client_ca_file: None,
+            tls_on_http: true,
+            require_tls: false,
+            tls_reload_interval_ms: 10_000,
+            tls_handshake_timeout_ms: 10_000,
+            http_request_timeout_ms: 15_000,
         }
     }
 }
@@ -345,7 +462,9 @@ pub enum ConfigError {
 
 /// `CHARGEGUARD_…` variables that belong to the command line, not to `Config` (lowercase, as
 /// figment sees them); any other unknown `CHARGEGUARD_…` variable is an error, so typos show.
-const NOT_OPTIONS: [&str; 7] = ["config", "log_format", "token", "token_file", "server_url", "sim_listen", "sim_webhook_secret"];
+const NOT_OPTIONS: [&str; 10] = [
+    "config", "log_format", "token", "token_file", "server_url", "sim_listen", "sim_webhook_secret", "ca_file", "cert_file", "key_file",
+];
 
 impl Config {
     /// Defaults, then the TOML file (if given), then `CHARGEGUARD_…` variables.
@@ -443,10 +562,21 @@ impl Config {
         check((1..=24 * 30).contains(&sweep.review_reminder_hours), "sweep.review_reminder_hours must be 1-720");
         for consumer in &self.consumers {
             check(crate::domain::ConsumerName::parse(&consumer.name).is_ok(), &format!("consumers: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", consumer.name));
-            let hash_ok = consumer.token_sha256.len() == 64
-                && consumer.token_sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
-            check(hash_ok, &format!("consumers: token_sha256 of {:?} must be 64 lowercase hex digits", consumer.name));
+            check(consumer.token_sha256.iter().all(is_sha256_hex), &format!("consumers: token_sha256 of {:?} must be 64 lowercase hex digits", consumer.name));
+            check(consumer.client_cert_sha256.iter().all(is_sha256_hex), &format!("consumers: client_cert_sha256 of {:?} must be 64 lowercase hex digits", consumer.name));
+            check(
+                !consumer.token_sha256.is_empty() || !consumer.client_cert_sha256.is_empty(),
+                &format!("consumers: {:?} needs a token_sha256 or a client_cert_sha256", consumer.name),
+            );
+            check(
+                consumer.client_cert_sha256.is_empty() || self.server.tls_client_ca_file.is_some(),
+                &format!("consumers: {:?} has a client_cert_sha256 but server.tls_client_ca_file is unset: no client certificate would ever be asked for", consumer.name),
+            );
+            check((1..=100_000).contains(&consumer.requests_per_second_max), &format!("consumers: requests_per_second_max of {:?} must be 1-100000", consumer.name));
+            check((1..=100_000).contains(&consumer.burst_max), &format!("consumers: burst_max of {:?} must be 1-100000", consumer.name));
+            check((1..=100_000).contains(&consumer.calls_in_flight_max), &format!("consumers: calls_in_flight_max of {:?} must be 1-100000", consumer.name));
         }
+        self.validate_tls(&mut problems);
         self.validate_report(&mut problems);
         self.validate_identities(&mut problems);
         if problems.is_empty() { Ok(()) } else { Err(ConfigError::Invalid(problems)) }
@@ -475,9 +605,10 @@ impl Config {
         check(report.abandoned_run_minutes >= 60, "report.abandoned_run_minutes must be at least 60");
         for operator in &self.operators {
             check(crate::domain::ConsumerName::parse(&operator.name).is_ok(), &format!("operators: name {:?} must be 1-64 of A-Z a-z 0-9 - _ .", operator.name));
-            let hash_ok = operator.token_sha256.len() == 64
-                && operator.token_sha256.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
-            check(hash_ok, &format!("operators: token_sha256 of {:?} must be 64 lowercase hex digits", operator.name));
+            check(
+                !operator.token_sha256.is_empty() && operator.token_sha256.iter().all(is_sha256_hex),
+                &format!("operators: token_sha256 of {:?} must be 64 lowercase hex digits", operator.name),
+            );
         }
     }
 
@@ -486,8 +617,8 @@ impl Config {
     /// consumers of one name share one key space: either way one caller's charge could be
     /// answered with another's. Problems name the entries, never a hash.
     fn validate_identities(&self, problems: &mut Vec<String>) {
-        let consumers = self.consumers.iter().map(|consumer| ("consumer", consumer.name.as_str(), consumer.token_sha256.as_str()));
-        let operators = self.operators.iter().map(|operator| ("operator", operator.name.as_str(), operator.token_sha256.as_str()));
+        let consumers = self.consumers.iter().flat_map(|consumer| consumer.token_sha256.iter().map(|hash| ("consumer", consumer.name.as_str(), hash)));
+        let operators = self.operators.iter().flat_map(|operator| operator.token_sha256.iter().map(|hash| ("operator", operator.name.as_str(), hash)));
         // Authentication compares lowercase hashes, so `AB…` and `ab…` are the same token.
         let mut first_by_hash: std::collections::HashMap<String, (&str, &str)> = std::collections::HashMap::new();
         for (kind, name, hash) in consumers.chain(operators) {
@@ -503,10 +634,54 @@ impl Config {
                 }
             }
         }
+        // A certificate names one consumer, or a call with it could act as either.
+        let mut first_by_cert: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for consumer in &self.consumers {
+            for hash in consumer.client_cert_sha256.iter() {
+                if let Some(first) = first_by_cert.insert(hash, consumer.name.as_str())
+                    && first != consumer.name
+                {
+                    problems.push(format!(
+                        "consumers: {:?} has the same client_cert_sha256 as consumer {first:?}: every consumer needs its own certificate",
+                        consumer.name
+                    ));
+                }
+            }
+        }
         let mut names = std::collections::HashSet::new();
         for consumer in &self.consumers {
             if !names.insert(consumer.name.as_str()) {
                 problems.push(format!("consumers: {:?} is listed twice: two consumers of one name share one key space", consumer.name));
+            }
+        }
+    }
+
+    fn validate_tls(&self, problems: &mut Vec<String>) {
+        let server = &self.server;
+        let mut check = |ok: bool, problem: &str| {
+            if !ok {
+                problems.push(problem.to_owned());
+            }
+        };
+        check(
+            server.tls_cert_file.is_some() == server.tls_key_file.is_some(),
+            "server.tls_cert_file and server.tls_key_file go together: set both, or neither",
+        );
+        check(
+            server.tls_client_ca_file.is_none() || server.tls_cert_file.is_some(),
+            "server.tls_client_ca_file needs server.tls_cert_file and server.tls_key_file: client certificates are asked for in a TLS handshake",
+        );
+        check((100..=3_600_000).contains(&server.tls_reload_interval_ms), "server.tls_reload_interval_ms must be 100-3600000");
+        check((100..=60_000).contains(&server.tls_handshake_timeout_ms), "server.tls_handshake_timeout_ms must be 100-60000");
+        check((100..=300_000).contains(&server.http_request_timeout_ms), "server.http_request_timeout_ms must be 100-300000");
+        if server.require_tls {
+            let grpc_tls = server.tls_cert_file.is_some();
+            let http_tls = grpc_tls && server.tls_on_http;
+            for (option, address, tls) in [("server.grpc_listen", server.grpc_listen, grpc_tls), ("server.http_listen", server.http_listen, http_tls)] {
+                check(
+                    tls || address.ip().is_loopback(),
+                    &format!("{option} {address} is not a loopback address and would speak plaintext, which server.require_tls = true refuses: set server.tls_cert_file and server.tls_key_file"),
+                );
             }
         }
     }
@@ -593,6 +768,11 @@ fn seconds(ms: u64) -> String {
     if fraction.is_empty() { format!("{} s", ms / 1_000) } else { format!("{}.{fraction} s", ms / 1_000) }
 }
 
+/// 64 lowercase hex digits: the form `chargeguard hash-token` prints and authentication compares.
+fn is_sha256_hex(hash: &str) -> bool {
+    hash.len() == 64 && hash.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+}
+
 /// One line per problem, each naming the option and where its value came from: the file, or the
 /// exact environment variable (figment alone says "CHARGE.LEASE_MS in `CHARGEGUARD_` …").
 fn describe_load_error(error: figment::Error) -> String {
@@ -630,16 +810,61 @@ mod tests {
     fn operator_tokens_are_checked_and_never_shared_with_consumers() {
         let hash = "a".repeat(64);
         let config = Config {
-            consumers: vec![ConsumerConfig { name: "orders".into(), token_sha256: hash.clone() }],
+            consumers: vec![ConsumerConfig { name: "orders".into(), token_sha256: hash.clone().into(), ..ConsumerConfig::default() }],
             operators: vec![
-                OperatorConfig { name: "finance".into(), token_sha256: hash, role: OperatorRole::Finance },
-                OperatorConfig { name: "admin".into(), token_sha256: "B".repeat(64), role: OperatorRole::Admin },
+                OperatorConfig { name: "finance".into(), token_sha256: hash.into(), role: OperatorRole::Finance },
+                OperatorConfig { name: "admin".into(), token_sha256: "B".repeat(64).into(), role: OperatorRole::Admin },
             ],
             ..Config::default()
         };
         let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
         assert!(problems.iter().any(|p| p.contains("operators: \"finance\" has the same token_sha256 as consumer \"orders\"")), "{problems:?}");
         assert!(problems.iter().any(|p| p.contains("token_sha256 of \"admin\"")), "{problems:?}");
+    }
+
+    #[test]
+    fn tls_and_certificate_identities_are_checked_together() {
+        let consumer = |name: &str, cert: &str| ConsumerConfig {
+            name: name.into(),
+            client_cert_sha256: cert.to_owned().into(),
+            ..ConsumerConfig::default()
+        };
+        let mut config = Config {
+            consumers: vec![consumer("orders", &"a".repeat(64)), consumer("billing", &"a".repeat(64)), ConsumerConfig { name: "bare".into(), ..ConsumerConfig::default() }],
+            ..Config::default()
+        };
+        config.server.tls_key_file = Some("key.pem".into());
+        config.server.require_tls = true;
+        config.server.grpc_listen = "0.0.0.0:50051".parse().unwrap();
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        for expected in [
+            "\"orders\" has a client_cert_sha256 but server.tls_client_ca_file is unset",
+            "\"billing\" has the same client_cert_sha256 as consumer \"orders\"",
+            "\"bare\" needs a token_sha256 or a client_cert_sha256",
+            "server.tls_cert_file and server.tls_key_file go together",
+            "server.grpc_listen 0.0.0.0:50051 is not a loopback address and would speak plaintext",
+        ] {
+            assert!(problems.iter().any(|p| p.contains(expected)), "{expected} in {problems:?}");
+        }
+        assert!(!problems.iter().any(|p| p.contains("server.http_listen")), "loopback plaintext is allowed: {problems:?}");
+    }
+
+    #[test]
+    fn a_token_hash_is_one_string_or_a_list() {
+        let toml = format!(
+            "[[consumers]]\nname = \"orders\"\ntoken_sha256 = \"{a}\"\n[[consumers]]\nname = \"billing\"\ntoken_sha256 = [\"{b}\", \"{c}\"]\n",
+            a = "a".repeat(64),
+            b = "b".repeat(64),
+            c = "c".repeat(64)
+        );
+        let file = std::env::temp_dir().join(format!("cg-hashes-{}.toml", std::process::id()));
+        std::fs::write(&file, toml).unwrap();
+        let loaded = Config::load(Some(&file));
+        std::fs::remove_file(&file).unwrap();
+        let config = loaded.unwrap();
+        assert_eq!(config.consumers[0].token_sha256.iter().count(), 1);
+        assert_eq!(config.consumers[1].token_sha256.iter().collect::<Vec<_>>(), ["b".repeat(64), "c".repeat(64)]);
+        config.validate().unwrap();
     }
 
     #[test]

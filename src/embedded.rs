@@ -55,7 +55,8 @@ pub fn demo_consumer(path: &Path) -> Result<ConsumerConfig, TokenFileError> {
     };
     Ok(ConsumerConfig {
         name: DEMO_CONSUMER.to_owned(),
-        token_sha256: hash_token(token.expose()),
+        token_sha256: hash_token(token.expose()).into(),
+        ..ConsumerConfig::default()
     })
 }
 
@@ -150,7 +151,7 @@ mod tests {
         assert_eq!(first.name, DEMO_CONSUMER);
         assert_eq!(first.token_sha256, again.token_sha256);
         let token = read_token_file(&path).unwrap();
-        assert_eq!(hash_token(token.expose()), first.token_sha256);
+        assert_eq!(crate::config::Sha256List::from(hash_token(token.expose())), first.token_sha256);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

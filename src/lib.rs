@@ -9,6 +9,8 @@ pub mod config;
 pub mod domain;
 pub mod embedded;
 pub mod failpoints;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod grpc;
 pub mod http;
 pub mod orchestrator;
@@ -20,4 +22,5 @@ pub mod startup;
 pub mod store;
 pub mod sweep_job;
 pub mod telemetry;
+pub mod tls;
 pub mod webhook;

@@ -12,7 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::grpc::{Authenticator, Operators, PaymentsService, ReportsService, proto, request_size_layer};
+use crate::grpc::{
+    Authenticator, ConsumerLimitLayer, ConsumerLimits, Operators, PaymentsService, ReportsService, proto, request_size_layer,
+    undecodable_request_layer,
+};
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
 use crate::report::{ReportSettings, Reporter};
@@ -20,6 +23,7 @@ use crate::secret::Secret;
 use crate::simulator::SimulatorHandle;
 use crate::store::{AttemptStore, InboxStore, OpenedStore, ReportStore};
 use crate::sweep_job::SweepJob;
+use crate::tls::{CurrentConfig, HttpsListener, Port, Reloader, TlsFiles};
 
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -51,6 +55,9 @@ pub struct Application {
     core: Core,
     grpc_listener: TcpListener,
     http_listener: TcpListener,
+    /// `None`: the port speaks plaintext.
+    grpc_tls: Option<CurrentConfig>,
+    http_tls: Option<CurrentConfig>,
     shutdown: CancellationToken,
 }
 
@@ -108,7 +115,8 @@ impl Application {
         let http_listener = TcpListener::bind(config.server.http_listen)
             .await
             .with_context(|| format!("binding HTTP on {}", config.server.http_listen))?;
-        Ok(Self { core, grpc_listener, http_listener, shutdown: CancellationToken::new() })
+        let (grpc_tls, http_tls) = load_tls(&config.server)?;
+        Ok(Self { core, grpc_listener, http_listener, grpc_tls, http_tls, shutdown: CancellationToken::new() })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -138,6 +146,7 @@ impl Application {
             .build_v1()
             .context("building the reflection service")?;
         let authenticator = Authenticator::from_config(&core.config.consumers)?;
+        let limits = ConsumerLimitLayer::new(authenticator.clone(), ConsumerLimits::from_config(&core.config.consumers)?);
         // Every service gets the same decode limit on purpose, so the refusal can name it.
         let request_bytes_max = core.config.server.grpc_request_bytes_max;
         let health_service = health_service.max_decoding_message_size(request_bytes_max);
@@ -214,29 +223,66 @@ impl Application {
         }
         let webhook_jobs = webhooks.as_ref().map(|webhooks| webhooks.spawn_jobs(&shutdown)).unwrap_or_default();
 
-        let grpc = tonic::transport::Server::builder()
-            .timeout(Duration::from_millis(core.config.server.request_timeout_ms))
-            .concurrency_limit_per_connection(core.config.server.concurrent_requests_max)
+        let server = &core.config.server;
+        let grpc_router = tonic::transport::Server::builder()
+            .timeout(Duration::from_millis(server.request_timeout_ms))
+            .concurrency_limit_per_connection(server.concurrent_requests_max)
             .layer(request_size_layer(request_bytes_max))
+            .layer(undecodable_request_layer())
+            .layer(limits)
             .add_service(health_service)
             .add_service(reflection)
             .add_service(payments)
-            .add_service(reports)
-            .serve_with_incoming_shutdown(
+            .add_service(reports);
+        let grpc_shutdown = shutdown.clone().cancelled_owned();
+        let handshake_timeout = Duration::from_millis(server.tls_handshake_timeout_ms);
+        let grpc: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match &self.grpc_tls {
+            Some(tls) => {
+                let accepted = crate::tls::accept_loop(self.grpc_listener, tls.clone(), handshake_timeout, shutdown.clone());
+                let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(accepted), |(stream, _)| {
+                    Ok::<_, std::io::Error>(stream)
+                });
+                Box::pin(grpc_router.serve_with_incoming_shutdown(incoming, grpc_shutdown))
+            }
+            None => Box::pin(grpc_router.serve_with_incoming_shutdown(
                 // Nagle's algorithm with delayed ACKs adds ~40 ms to small gRPC replies.
                 tonic::transport::server::TcpIncoming::from(self.grpc_listener).with_nodelay(Some(true)),
-                shutdown.clone().cancelled_owned(),
-            );
+                grpc_shutdown,
+            )),
+        };
         let mut http_router = crate::http::router(crate::http::HttpState { store: core.store.clone() });
         if let Some(webhooks) = &webhooks {
             // Signatures carry the sender's wall-clock time: checked against ours, not the
             // business clock that tests move.
             http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
         }
-        let http = axum::serve(self.http_listener, http_router)
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let http_router = crate::http::with_request_timeout(http_router, Duration::from_millis(server.http_request_timeout_ms));
+        // Headers are bounded by the same time (hyper's header_read_timeout in http::serve).
+        let http_request_timeout = Duration::from_millis(server.http_request_timeout_ms);
+        let http: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match &self.http_tls {
+            Some(tls) => {
+                let accepted = crate::tls::accept_loop(self.http_listener, tls.clone(), handshake_timeout, shutdown.clone());
+                let listener = HttpsListener::new(accepted, http_addr);
+                let served = crate::http::serve(listener, http_router, http_request_timeout, shutdown.clone());
+                Box::pin(async move {
+                    served.await;
+                    Ok(())
+                })
+            }
+            None => {
+                let served = crate::http::serve(self.http_listener, http_router, http_request_timeout, shutdown.clone());
+                Box::pin(async move {
+                    served.await;
+                    Ok(())
+                })
+            }
+        };
+        let reloader = TlsFiles::from_config(server).map(|files| {
+            let ports = self.grpc_tls.iter().chain(self.http_tls.iter()).cloned().collect();
+            Reloader::new(files, ports, Duration::from_millis(server.tls_reload_interval_ms)).spawn(shutdown.clone())
+        });
         let grpc = tokio::spawn(grpc);
-        let http = tokio::spawn(async move { http.await });
+        let http = tokio::spawn(http);
         let sweep = if core.config.sweep.enabled {
             Some(SweepJob::start(core.orchestrator.clone(), &core.config.sweep.schedule, shutdown.clone()).await?)
         } else {
@@ -263,6 +309,9 @@ impl Application {
         .await;
         health_task.abort();
         upkeep_task.abort();
+        if let Some(reloader) = reloader {
+            reloader.abort();
+        }
         // After the servers: an in-flight call may still be talking to the simulator and the
         // database. Drained, nothing uses either; otherwise leave the database's connections be.
         if drained.is_ok() {
@@ -279,6 +328,27 @@ impl Application {
             Err(_) => anyhow::bail!("in-flight calls did not finish within {grace:?}"),
         }
     }
+}
+
+/// The TLS configurations of the two ports, read and checked at start (a bad file stops `serve`
+/// naming the option), and a warning for each port that speaks plaintext beyond loopback
+/// (`server.require_tls` refuses that in `Config::validate`).
+fn load_tls(server: &crate::config::ServerConfig) -> anyhow::Result<(Option<CurrentConfig>, Option<CurrentConfig>)> {
+    let files = TlsFiles::from_config(server);
+    let grpc = files.as_ref().map(|files| CurrentConfig::load(files, Port::Grpc)).transpose()?;
+    let http = match &files {
+        Some(files) if server.tls_on_http => Some(CurrentConfig::load(files, Port::Http)?),
+        _ => None,
+    };
+    for (option, address, tls) in [("server.grpc_listen", server.grpc_listen, grpc.is_some()), ("server.http_listen", server.http_listen, http.is_some())] {
+        if !tls && !address.ip().is_loopback() {
+            tracing::warn!(%address, "{option} {address} is not loopback and speaks plaintext: bearer tokens and payment data travel in the clear; set server.tls_cert_file and server.tls_key_file (server.require_tls = true refuses this)");
+        }
+    }
+    if let Some(files) = &files {
+        tracing::info!(cert = %files.cert.display(), client_certificates = files.client_ca.is_some(), http = http.is_some(), "TLS on the gRPC port");
+    }
+    Ok((grpc, http))
 }
 
 /// With no provider key configured, starts the built-in Stripe simulator in this process and

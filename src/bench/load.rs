@@ -63,6 +63,8 @@ pub struct LoadSettings {
     pub request_timeout: Duration,
     pub seed: u64,
     pub target: CallTarget,
+    /// TLS to the service (`--ca-file`, `--cert-file`, `--key-file`); `None` is plaintext.
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 /// What each call of the run is.
@@ -100,6 +102,8 @@ pub struct LoadPlan {
     pub request_timeout_ms: u64,
     pub seed: u64,
     pub target: CallTarget,
+    /// TLS to the service (`--ca-file`, `--cert-file`, `--key-file`); `None` is plaintext.
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,6 +210,7 @@ impl LoadSettings {
             request_timeout: Duration::from_millis(plan.request_timeout_ms),
             seed: plan.seed,
             target: plan.target,
+            tls: plan.tls,
         })
     }
 }
@@ -295,6 +300,10 @@ async fn connect(settings: &LoadSettings) -> Result<Vec<Channel>, LoadError> {
         .map_err(|e| error(e.to_string()))?
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true);
+    let endpoint = match &settings.tls {
+        Some(tls) => endpoint.tls_config(tls.clone()).map_err(|e| error(format!("TLS: {e:?}")))?,
+        None => endpoint,
+    };
     let mut channels = Vec::with_capacity(settings.connections as usize);
     if settings.target == CallTarget::ProviderCreate {
         // No call goes to the service: channels that never connect keep the callers uniform.
@@ -531,6 +540,7 @@ mod tests {
             request_timeout_ms: 30_000,
             seed: 0,
             target: CallTarget::Charge,
+            tls: None,
         }
     }
 

@@ -35,6 +35,8 @@ pub const TOKEN_ENV: &str = "CHARGEGUARD_BENCH_TOKEN";
 pub const PROVIDER_KEY_ENV: &str = "CHARGEGUARD_BENCH_PROVIDER_API_KEY";
 
 #[derive(Debug, clap::Subcommand)]
+// Parsed once per process: the size of the largest variant costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 pub enum BenchCommand {
     /// Calls `Charge` over gRPC in a closed loop and reports throughput and latency.
     Charge(ChargeArgs),
@@ -46,6 +48,10 @@ pub enum BenchCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct ChargeArgs {
+    /// TLS to the service: --ca-file, --cert-file, --key-file (an https:// endpoint uses the
+    /// system's web roots).
+    #[command(flatten)]
+    pub tls: crate::tls::ClientTlsArgs,
     /// chargeguard's gRPC address. The bearer token comes from CHARGEGUARD_BENCH_TOKEN.
     #[arg(long, default_value = "http://127.0.0.1:50051")]
     pub endpoint: String,
@@ -155,6 +161,7 @@ async fn run_charge(args: ChargeArgs) -> anyhow::Result<()> {
         (None, None) => Some(10),
         (duration, _) => duration,
     };
+    let endpoint = args.endpoint.clone();
     let settings = load::LoadSettings::new(load::LoadPlan {
         label: args.label,
         endpoint: args.endpoint,
@@ -179,6 +186,7 @@ async fn run_charge(args: ChargeArgs) -> anyhow::Result<()> {
         } else {
             load::CallTarget::Charge
         },
+        tls: if args.tls.wanted(&endpoint) { Some(args.tls.client_config().map_err(anyhow::Error::msg)?) } else { None },
     })?;
     let report = load::run(settings, provider).await?;
     print!("{report}");

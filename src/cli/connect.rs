@@ -62,7 +62,8 @@ pub async fn client(args: &ClientArgs) -> Result<Client, ClientError> {
         MetadataValue::try_from(format!("Bearer {}", token.expose()))
             .map_err(|_| ClientError::Usage("the token must be printable ASCII".to_owned()))?;
     header.set_sensitive(true);
-    let server = with_scheme(&args.server);
+    let tls = args.tls.wanted(&args.server);
+    let server = with_scheme(&args.server, tls);
     let unreachable = |detail: String| ClientError::Unreachable {
         server: server.clone(),
         detail,
@@ -71,6 +72,12 @@ pub async fn client(args: &ClientArgs) -> Result<Client, ClientError> {
         .map_err(|error| ClientError::Usage(format!("--server {server:?} is not a URL: {error}")))?
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(std::time::Duration::from_millis(args.timeout_ms));
+    let endpoint = if tls {
+        let config = args.tls.client_config().map_err(ClientError::Usage)?;
+        endpoint.tls_config(config).map_err(|error| ClientError::Usage(format!("TLS: {}", source_chain(&error))))?
+    } else {
+        endpoint
+    };
     let channel = endpoint
         .connect()
         .await
@@ -97,12 +104,12 @@ fn token(args: &ClientArgs) -> Result<Secret, ClientError> {
     Err(ClientError::NoToken)
 }
 
-/// `127.0.0.1:50051` means `http://127.0.0.1:50051`.
-fn with_scheme(server: &str) -> String {
-    if server.contains("://") {
-        server.to_owned()
-    } else {
-        format!("http://{server}")
+/// `127.0.0.1:50051` means `http://127.0.0.1:50051`, or `https://…` with a TLS flag.
+fn with_scheme(server: &str, tls: bool) -> String {
+    match (server.contains("://"), tls) {
+        (true, _) => server.to_owned(),
+        (false, false) => format!("http://{server}"),
+        (false, true) => format!("https://{server}"),
     }
 }
 

@@ -49,6 +49,8 @@ pub struct ClientArgs {
     /// Longest wait for the server's answer, in milliseconds.
     #[arg(long, default_value_t = REQUEST_TIMEOUT_MS_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub timeout_ms: u64,
+    #[command(flatten)]
+    pub tls: crate::tls::ClientTlsArgs,
 }
 
 #[derive(Debug, clap::Args)]

@@ -2,16 +2,21 @@
 //! prost types; every error becomes a `tonic::Status` in one place (`status.rs`).
 
 mod auth;
-mod convert;
+pub(crate) mod convert;
+mod limits;
 mod payments;
 mod reports;
 mod request_size;
 mod status;
+mod undecodable;
 
-pub use auth::{Authenticator, hash_token};
+pub use auth::{AuthError, Authenticator, certificate_sha256, hash_token};
 pub use payments::PaymentsService;
 pub use reports::{Operators, ReportsService};
+pub use limits::{ConsumerLimitLayer, ConsumerLimits, LimitRefusal};
 pub use request_size::request_size_layer;
+pub use status::{RETRY_AFTER_METADATA, RETRY_AFTER_MS_METADATA};
+pub use undecodable::undecodable_request_layer;
 
 /// The generated code of `proto/chargeguard/v1/` (payments.proto, reports.proto).
 pub mod proto {

@@ -23,7 +23,7 @@ impl PaymentsService {
 #[tonic::async_trait]
 impl Payments for PaymentsService {
     async fn charge(&self, request: Request<proto::ChargeRequest>) -> Result<Response<proto::ChargeResponse>, Status> {
-        let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        let consumer = self.authenticator.authenticate(&request).map_err(status::unauthenticated)?;
         let settings = self.orchestrator.settings();
         let charge = convert::charge_request(request.get_ref(), settings.amount_minor_max)
             .map_err(status::invalid_field)?;
@@ -35,7 +35,7 @@ impl Payments for PaymentsService {
     }
 
     async fn refund(&self, request: Request<proto::RefundRequest>) -> Result<Response<proto::RefundResponse>, Status> {
-        let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        let consumer = self.authenticator.authenticate(&request).map_err(status::unauthenticated)?;
         let refund = convert::refund_request(request.get_ref()).map_err(status::invalid_field)?;
         let reply = self.orchestrator.refund(&consumer, refund).await.map_err(status::from_orchestrator)?;
         Ok(Response::new(proto::RefundResponse {
@@ -45,7 +45,7 @@ impl Payments for PaymentsService {
     }
 
     async fn get_attempt(&self, request: Request<proto::GetAttemptRequest>) -> Result<Response<proto::GetAttemptResponse>, Status> {
-        let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        let consumer = self.authenticator.authenticate(&request).map_err(status::unauthenticated)?;
         let selector = convert::selector(request.get_ref()).map_err(status::invalid_field)?;
         let attempt = self.orchestrator.get_attempt(&consumer, selector).await.map_err(status::from_orchestrator)?;
         let operation_attempts =
@@ -58,7 +58,7 @@ impl Payments for PaymentsService {
     }
 
     async fn list_attempts(&self, request: Request<proto::ListAttemptsRequest>) -> Result<Response<proto::ListAttemptsResponse>, Status> {
-        let consumer = self.authenticator.authenticate(request.metadata()).map_err(status::unauthenticated)?;
+        let consumer = self.authenticator.authenticate(&request).map_err(status::unauthenticated)?;
         let settings = self.orchestrator.settings();
         let body = request.get_ref();
         let filter = convert::list_filter(body).map_err(status::invalid_field)?;

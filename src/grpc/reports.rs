@@ -3,14 +3,11 @@
 //! holds back the reading of rows instead of growing memory, and a reader that goes away stops
 //! the task and deletes the run's staging.
 
-use std::collections::HashMap;
-
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
-use super::auth::{Authenticator, bearer_token, hash_token};
+use super::auth::{Authenticator, bearer_token};
 use super::convert::{status_to_proto, time_to_proto};
 use super::proto::reconciliation_chunk::Item;
 use super::proto::reports_server::Reports;
@@ -21,24 +18,40 @@ use crate::report::{Category, PreparedReport, ReportPeriod, ReportRow, Reporter,
 /// Chunks buffered between the report task and the client.
 const CHUNKS_BUFFERED_MAX: usize = 64;
 
-/// Operators by token hash. Holds only hashes, like [`Authenticator`].
+/// Operators by token hash (several per operator while rotating). Holds only hashes, like
+/// [`Authenticator`], and compares every one in constant time.
 #[derive(Clone, Default)]
 pub struct Operators {
-    by_token_hash: HashMap<String, (String, OperatorRole)>,
+    by_token_hash: Vec<([u8; 32], (String, OperatorRole))>,
 }
 
 impl Operators {
     pub fn from_config(operators: &[OperatorConfig]) -> Self {
-        let by_token_hash = operators
-            .iter()
-            .map(|operator| {
-                (
-                    operator.token_sha256.to_ascii_lowercase(),
-                    (operator.name.clone(), operator.role),
-                )
-            })
-            .collect();
+        let mut by_token_hash = Vec::new();
+        for operator in operators {
+            for hash in operator.token_sha256.iter() {
+                let mut digest = [0u8; 32];
+                // `Config::validate` refused anything but 64 hex digits; a hash that is not
+                // one matches no token.
+                if hex::decode_to_slice(hash, &mut digest).is_ok() {
+                    by_token_hash.push((digest, (operator.name.clone(), operator.role)));
+                }
+            }
+        }
         Self { by_token_hash }
+    }
+
+    fn find(&self, token: &[u8]) -> Option<&(String, OperatorRole)> {
+        use sha2::Digest;
+        use subtle::ConstantTimeEq;
+        let digest: [u8; 32] = sha2::Sha256::digest(token).into();
+        let mut found = None;
+        for (entry, operator) in &self.by_token_hash {
+            if bool::from(entry.ct_eq(&digest)) {
+                found = Some(operator);
+            }
+        }
+        found
     }
 }
 
@@ -63,14 +76,17 @@ impl ReportsService {
     }
 
     /// Finance and admin operators only; the operator's name, for the log.
-    fn authorize(&self, metadata: &MetadataMap) -> Result<String, Status> {
-        let token = bearer_token(metadata).map_err(status::unauthenticated)?;
-        if let Some((name, role)) = self.operators.by_token_hash.get(&hash_token(token)) {
+    fn authorize<T>(&self, request: &Request<T>) -> Result<String, Status> {
+        let header = request.metadata().get("authorization").map(|value| value.as_bytes());
+        let token = bearer_token(header.unwrap_or_default());
+        if let Ok(token) = token
+            && let Some((name, role)) = self.operators.find(token)
+        {
             return match role {
                 OperatorRole::Finance | OperatorRole::Admin => Ok(name.clone()),
             };
         }
-        match self.consumers.authenticate(metadata) {
+        match self.consumers.authenticate(request) {
             Ok(consumer) => Err(status::permission_denied(format!(
                 "consumer {consumer} may not read reports: they need an operator token with the finance or admin role"
             ))),
@@ -87,7 +103,7 @@ impl Reports for ReportsService {
         &self,
         request: Request<proto::ReconciliationRequest>,
     ) -> Result<Response<Self::StreamReconciliationStream>, Status> {
-        let operator = self.authorize(request.metadata())?;
+        let operator = self.authorize(&request)?;
         let reporter = self
             .reporter
             .clone()

@@ -119,3 +119,41 @@ pub fn from_report(error: crate::report::ReportError) -> Status {
         ReportError::TooManyPages { .. } => status(Code::ResourceExhausted, "report_too_large", error.to_string(), None),
     }
 }
+
+/// Metadata key of the wait a refused caller should leave before trying again, in whole seconds
+/// as HTTP's `Retry-After`; `chargeguard-retry-after-ms` carries it exactly.
+pub const RETRY_AFTER_METADATA: &str = "retry-after";
+pub const RETRY_AFTER_MS_METADATA: &str = "chargeguard-retry-after-ms";
+
+/// A consumer over its rate or its calls in flight: refused before anything was read, written
+/// or charged.
+pub fn consumer_limited(refusal: &super::limits::LimitRefusal) -> Status {
+    use super::limits::LimitRefusal;
+    let retry_after = refusal.retry_after();
+    let (error_code, message) = match refusal {
+        LimitRefusal::Rate { consumer, .. } => (
+            "rate_limited",
+            format!("consumer {consumer} is over its requests_per_second_max/burst_max; retry after {} ms; nothing was written or charged", retry_after.as_millis()),
+        ),
+        LimitRefusal::InFlight { consumer, calls_in_flight_max } => (
+            "too_many_calls_in_flight",
+            format!("consumer {consumer} already has {calls_in_flight_max} calls in flight (calls_in_flight_max); nothing was written or charged"),
+        ),
+    };
+    let mut status = status(Code::ResourceExhausted, error_code, message, None);
+    let seconds = retry_after.as_millis().div_ceil(1_000).max(1);
+    status.metadata_mut().insert(RETRY_AFTER_METADATA, seconds.to_string().parse().expect("digits"));
+    status.metadata_mut().insert(RETRY_AFTER_MS_METADATA, retry_after.as_millis().to_string().parse().expect("digits"));
+    status
+}
+
+/// A request tonic could not decode (not protobuf, a bad frame): the caller's fault, refused
+/// before any handler ran.
+pub fn undecodable_request() -> Status {
+    status(
+        Code::InvalidArgument,
+        "undecodable_request",
+        "the request message is not a valid protobuf message of this method's request type; nothing was written or charged".to_owned(),
+        None,
+    )
+}

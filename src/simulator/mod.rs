@@ -29,7 +29,7 @@ mod search;
 mod server;
 mod state;
 mod webhooks;
-mod wire;
+pub(crate) mod wire;
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -15,6 +15,7 @@ mod ops;
 mod provider;
 mod recovery;
 mod refunds;
+mod security;
 mod reports;
 mod reports_refunds;
 mod simulator;

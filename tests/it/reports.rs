@@ -33,12 +33,12 @@ async fn spawn_app_on(backend: Backend) -> TestApp {
         config.operators = vec![
             OperatorConfig {
                 name: "finance".into(),
-                token_sha256: hash_token(FINANCE_TOKEN),
+                token_sha256: hash_token(FINANCE_TOKEN).into(),
                 role: OperatorRole::Finance,
             },
             OperatorConfig {
                 name: "admin".into(),
-                token_sha256: hash_token(ADMIN_TOKEN),
+                token_sha256: hash_token(ADMIN_TOKEN).into(),
                 role: OperatorRole::Admin,
             },
         ];

@@ -20,11 +20,13 @@ fn options_of_config() -> BTreeMap<String, String> {
     // One entry, so that the fields of a consumer show up too.
     config.consumers.push(ConsumerConfig {
         name: String::new(),
-        token_sha256: String::new(),
+        token_sha256: String::new().into(),
+        client_cert_sha256: String::new().into(),
+        ..ConsumerConfig::default()
     });
     config.operators.push(OperatorConfig {
         name: String::new(),
-        token_sha256: String::new(),
+        token_sha256: String::new().into(),
         role: OperatorRole::Finance,
     });
     let mut options = BTreeMap::new();

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 
-use chargeguard::startup::LIVENESS_SERVICE;
 use yaml_rust2::{Yaml, YamlLoader};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -134,28 +133,31 @@ fn every_yaml_file_parses_and_kubernetes_objects_are_complete() {
         .unwrap()["containerPort"]
         .as_i64()
         .unwrap();
-    let readiness = &container["readinessProbe"]["grpc"];
-    let liveness = &container["livenessProbe"]["grpc"];
-    assert_eq!(
-        readiness["port"].as_i64(),
-        Some(grpc_port),
-        "readiness probes gRPC health on the gRPC port"
-    );
-    assert_eq!(
-        liveness["port"].as_i64(),
-        Some(grpc_port),
-        "liveness probes gRPC health on the gRPC port"
-    );
-    assert_eq!(
-        readiness["service"].as_str(),
-        Some("chargeguard.v1.Payments"),
-        "ready means the database answers"
-    );
-    assert_eq!(
-        liveness["service"].as_str(),
-        Some(LIVENESS_SERVICE),
-        "a database outage must not restart pods"
-    );
+    // The kubelet's gRPC probe cannot speak TLS: the probes are HTTPS on the HTTP port.
+    let readiness = &container["readinessProbe"]["httpGet"];
+    let liveness = &container["livenessProbe"]["httpGet"];
+    for (probe, path, why) in [
+        (readiness, "/readyz", "ready means the database answers"),
+        (liveness, "/healthz", "a database outage must not restart pods"),
+    ] {
+        assert_eq!(probe["port"].as_str(), Some("http"), "{why}");
+        assert_eq!(probe["scheme"].as_str(), Some("HTTPS"), "the HTTP port speaks TLS");
+        assert_eq!(probe["path"].as_str(), Some(path), "{why}");
+    }
+    let tls_mount = container["volumeMounts"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|mount| mount["name"].as_str() == Some("tls"))
+        .expect("the TLS Secret is mounted");
+    assert!(tls_mount["subPath"].is_badvalue(), "mounted whole, so renewals reach the files");
+    let tls_volume = pod["volumes"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|volume| volume["name"].as_str() == Some("tls"))
+        .unwrap();
+    assert!(tls_volume["secret"]["secretName"].as_str().is_some(), "from a Secret");
     let grace_s = pod["terminationGracePeriodSeconds"].as_i64().unwrap();
     let config_map = of_kind(&k8s, "ConfigMap");
     let toml_text = config_map[0]["data"]["chargeguard.toml"].as_str().unwrap();
@@ -167,6 +169,12 @@ fn every_yaml_file_parses_and_kubernetes_objects_are_complete() {
         "the pod outlives the drain"
     );
     assert_eq!(config.server.grpc_listen.port() as i64, grpc_port);
+    let mount = tls_mount["mountPath"].as_str().unwrap();
+    for file in [&config.server.tls_cert_file, &config.server.tls_key_file] {
+        let file = file.as_ref().expect("TLS is configured");
+        assert!(file.starts_with(mount), "{} is in the mounted Secret {mount}", file.display());
+    }
+    assert!(config.server.require_tls, "no plaintext on a pod address");
     assert!(
         !config.database.migrate_on_start,
         "the Job migrates, replicas do not race to"

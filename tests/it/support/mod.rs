@@ -83,8 +83,8 @@ pub fn test_config(database_url: &str, simulator_url: &str) -> Config {
     // Tests drive the sweep with `try_sweep_once()`; a scheduled pass would race their counts.
     config.sweep.enabled = false;
     config.consumers = vec![
-        ConsumerConfig { name: "orders".into(), token_sha256: hash_token(ORDERS_TOKEN) },
-        ConsumerConfig { name: "billing".into(), token_sha256: hash_token(BILLING_TOKEN) },
+        ConsumerConfig { name: "orders".into(), token_sha256: hash_token(ORDERS_TOKEN).into(), ..ConsumerConfig::default() },
+        ConsumerConfig { name: "billing".into(), token_sha256: hash_token(BILLING_TOKEN).into(), ..ConsumerConfig::default() },
     ];
     config
 }
