@@ -3,6 +3,7 @@
 
 mod hostile;
 mod limits;
+mod plaintext;
 mod secrets;
 mod tls;
 mod tokens;
