@@ -125,11 +125,20 @@ impl ServeProcess {
 
     /// SIGTERM, as Kubernetes and systemd stop a service.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// SIGHUP, as an operator (or a cert-manager hook) asks for the TLS files to be re-read.
+    pub fn hang_up(&self) {
+        self.signal("HUP");
+    }
+
+    fn signal(&self, name: &str) {
         let status = std::process::Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
+            .args([&format!("-{name}"), &self.pid().to_string()])
             .status()
             .unwrap();
-        assert!(status.success(), "kill -TERM failed");
+        assert!(status.success(), "kill -{name} failed");
     }
 
     pub async fn wait_exit(&mut self) -> ExitStatus {
