@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 seconds="${SECONDS_PER_TARGET:-60}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(webhook charge_request operation config simulator_form)
+  targets=(webhook charge_request refund_request operation config simulator_form)
 fi
 export RUSTC_BOOTSTRAP=1
 log_dir="$(mktemp -d)"

@@ -40,6 +40,29 @@ pub fn charge_request(data: &[u8]) {
     }
 }
 
+/// A `RefundRequest` off the wire, converted as `Payments/Refund` converts it (the proto's
+/// oneof and optionals, then `domain::RefundRequest`'s own validation).
+pub fn refund_request(data: &[u8]) {
+    use crate::domain::ChargeSelector;
+    use crate::grpc::proto::refund_request::Charge;
+    let Ok(request) = crate::grpc::proto::RefundRequest::decode(data) else { return };
+    let Ok(refund) = crate::grpc::convert::refund_request(&request) else { return };
+    assert_eq!(refund.operation_key.as_str(), request.operation_key);
+    assert_eq!(refund.amount_minor(), request.amount_minor, "the amount is kept as sent, absent stays absent");
+    assert!(refund.amount_minor().is_none_or(|amount| amount > 0), "a refund amount is positive");
+    assert_eq!(refund.reason.map(|reason| reason.as_str()), request.reason.as_deref(), "the reason is kept as sent");
+    match (&refund.charge, &request.charge) {
+        (ChargeSelector::OperationKey(key), Some(Charge::ChargeOperationKey(sent))) => assert_eq!(key.as_str(), sent),
+        (ChargeSelector::AttemptId(id), Some(Charge::ChargeAttemptId(sent))) => {
+            assert_eq!(id.as_uuid(), uuid::Uuid::parse_str(sent).expect("a converted id parses"));
+        }
+        (selector, sent) => panic!("the charge selector {selector:?} does not match what was sent: {sent:?}"),
+    }
+    // Redelivery matches by fingerprint: the same bytes must convert to the same fingerprint.
+    let again = crate::grpc::convert::refund_request(&request).expect("conversion is a function");
+    assert_eq!(refund.fingerprint(), again.fingerprint());
+}
+
 /// Operation keys, consumer names and metadata, and the idempotency key derived from them.
 pub fn operation(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -90,9 +113,10 @@ mod tests {
     #[test]
     fn every_fuzz_seed_and_regression_runs_clean() {
         type Target = fn(&[u8]);
-        let targets: [(&str, Target); 5] = [
+        let targets: [(&str, Target); 6] = [
             ("webhook", super::webhook),
             ("charge_request", super::charge_request),
+            ("refund_request", super::refund_request),
             ("operation", super::operation),
             ("config", super::config),
             ("simulator_form", super::simulator_form),
@@ -113,5 +137,22 @@ mod tests {
             assert!(inputs > 0, "{target} has seeds in fuzz/corpus/{target}");
             run(b"");
         }
+    }
+
+    /// The refund seeds start the fuzzer past validation: by key with an amount and by attempt
+    /// id with none convert, and the third is refused naming its field.
+    #[test]
+    fn the_refund_request_seeds_reach_both_selectors_and_a_refusal() {
+        use prost::Message;
+        let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/refund_request");
+        let convert = |seed: &str| {
+            let request = crate::grpc::proto::RefundRequest::decode(&std::fs::read(corpus.join(seed)).unwrap()[..]).unwrap();
+            crate::grpc::convert::refund_request(&request)
+        };
+        let by_key = convert("seed-1").unwrap();
+        assert!(matches!(by_key.charge, crate::domain::ChargeSelector::OperationKey(_)) && by_key.amount_minor() == Some(500));
+        let by_id = convert("seed-2").unwrap();
+        assert!(matches!(by_id.charge, crate::domain::ChargeSelector::AttemptId(_)) && by_id.amount_minor().is_none());
+        assert_eq!(convert("seed-3").unwrap_err().field, "reason");
     }
 }

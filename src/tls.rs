@@ -175,11 +175,13 @@ impl Reloader {
     }
 
     pub fn spawn(self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        // Registered before the task runs, so before `serve` says it is serving: a SIGHUP that
+        // arrives before the handler exists would end the process (the default action).
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|error| tracing::warn!(%error, "cannot watch SIGHUP; TLS files are still re-read when they change"))
+            .ok();
+        let mut stamps = self.files.stamps();
         tokio::spawn(async move {
-            let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-                .map_err(|error| tracing::warn!(%error, "cannot watch SIGHUP; TLS files are still re-read when they change"))
-                .ok();
-            let mut stamps = self.files.stamps();
             let mut interval = tokio::time::interval(self.interval);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

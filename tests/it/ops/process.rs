@@ -49,17 +49,26 @@ pub struct ServeProcess {
 
 impl ServeProcess {
     /// Starts `chargeguard [global…] serve --grpc-listen … --http-listen …` in `cwd`.
-    pub fn start(mut command: Command, global_args: &[&str]) -> Self {
-        let grpc_addr = free_addr();
-        let http_addr = free_addr();
+    pub fn start(command: Command, global_args: &[&str]) -> Self {
+        Self::start_listening(command, global_args, free_addr(), free_addr())
+    }
+
+    /// As `start`, on the given addresses; the test connects to an unspecified address
+    /// (`0.0.0.0:port`) through loopback on its port.
+    pub fn start_listening(mut command: Command, global_args: &[&str], grpc_listen: SocketAddr, http_listen: SocketAddr) -> Self {
+        let reachable = |listen: SocketAddr| match listen.ip().is_unspecified() {
+            true => SocketAddr::from(([127, 0, 0, 1], listen.port())),
+            false => listen,
+        };
+        let (grpc_addr, http_addr) = (reachable(grpc_listen), reachable(http_listen));
         command
             .args(global_args)
             .args([
                 "serve",
                 "--grpc-listen",
-                &grpc_addr.to_string(),
+                &grpc_listen.to_string(),
                 "--http-listen",
-                &http_addr.to_string(),
+                &http_listen.to_string(),
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -116,11 +125,20 @@ impl ServeProcess {
 
     /// SIGTERM, as Kubernetes and systemd stop a service.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// SIGHUP, as an operator (or a cert-manager hook) asks for the TLS files to be re-read.
+    pub fn hang_up(&self) {
+        self.signal("HUP");
+    }
+
+    fn signal(&self, name: &str) {
         let status = std::process::Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
+            .args([&format!("-{name}"), &self.pid().to_string()])
             .status()
             .unwrap();
-        assert!(status.success(), "kill -TERM failed");
+        assert!(status.success(), "kill -{name} failed");
     }
 
     pub async fn wait_exit(&mut self) -> ExitStatus {

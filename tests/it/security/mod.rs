@@ -1,8 +1,10 @@
 //! Security (issue 18): TLS and mutual TLS with certificates made in the test (rcgen), token
 //! rotation, per-consumer limits, hostile input, and a secrets audit of a real server's log.
 
+mod hangup;
 mod hostile;
 mod limits;
+mod plaintext;
 mod secrets;
 mod tls;
 mod tokens;
