@@ -249,8 +249,15 @@ async fn a_sweeper_that_dies_mid_batch_leaves_its_rows_to_others_after_their_lea
 // one provider refund per refund operation, counted in the simulator's ledger.
 
 /// Refunds 400 of `charge_operation` as `operation` in a child that stops at `failpoint`.
-async fn crash_during_refund(app: &TestApp, failpoint: &str, operation: &str, charge_operation: &str) {
-    let child = ChildProcess::serve(app, ChildSpec::crashing_at(failpoint)).await;
+async fn crash_during_refund(
+    app: &TestApp,
+    failpoint: &str,
+    operation: &str,
+    charge_operation: &str,
+    clock: ClockOffset,
+) {
+    let spec = ChildSpec { clock, ..ChildSpec::crashing_at(failpoint) };
+    let child = ChildProcess::serve(app, spec).await;
     let lost = child.refund(refund_request(operation, charge_operation, Some(400))).await;
     assert!(lost.is_err(), "the caller never hears from a process that died: {lost:?}");
     child.expect_crash().await;
@@ -281,7 +288,9 @@ async fn assert_refunds_settled(app: &TestApp, operations: &[&str]) {
 async fn refund_crash_before_the_pending_commit_leaves_nothing_and_the_retry_refunds_once() {
     let app = TestApp::spawn_on_fake_clock().await;
     app.charge(charge_request("refund-crash-1:charge")).await.unwrap();
-    crash_during_refund(&app, "refund.before_pending_commit", "refund-crash-1", "refund-crash-1:charge").await;
+    // Nothing is written before this crash point, so no clock of the dead process can matter.
+    crash_during_refund(&app, "refund.before_pending_commit", "refund-crash-1", "refund-crash-1:charge", ClockOffset::NONE)
+        .await;
     assert_eq!(app.attempt_rows().await, 1, "only the charge was recorded");
     assert!(app.refund_creates().await.is_empty(), "nothing was sent");
     assert_eq!(app.orchestrator.try_sweep_once().await.unwrap().claimed, 0, "nothing to recover");
@@ -292,13 +301,12 @@ async fn refund_crash_before_the_pending_commit_leaves_nothing_and_the_retry_ref
     assert_eq!(app.sim().ledger().await.unwrap().refunds.len(), 1);
 }
 
-#[tokio::test]
-async fn refund_crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_sweep() {
+async fn refund_crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_sweep(child_clock: ClockOffset) {
     let app = TestApp::spawn_on_fake_clock().await;
     app.charge(charge_request("refund-crash-2:charge")).await.unwrap();
     let operations = ["refund-crash-2-redelivered", "refund-crash-2-swept"];
     for operation in operations {
-        crash_during_refund(&app, "refund.after_pending_commit", operation, "refund-crash-2:charge").await;
+        crash_during_refund(&app, "refund.after_pending_commit", operation, "refund-crash-2:charge", child_clock).await;
         let attempt = stored(&app, operation).await;
         assert_eq!(attempt.status, AttemptStatus::Pending);
         assert!(attempt.lease.is_some(), "the dead process still holds its lease");
@@ -318,13 +326,12 @@ async fn refund_crash_after_the_pending_commit_is_finished_by_redelivery_or_by_t
     assert_eq!(app.refund_creates().await.len(), 2, "inside the window: each key once");
 }
 
-#[tokio::test]
-async fn refund_crash_after_the_provider_refunded_is_adopted_by_redelivery_or_by_the_sweep() {
+async fn refund_crash_after_the_provider_refunded_is_adopted_by_redelivery_or_by_the_sweep(child_clock: ClockOffset) {
     let app = TestApp::spawn_on_fake_clock().await;
     app.charge(charge_request("refund-crash-3:charge")).await.unwrap();
     let operations = ["refund-crash-3-redelivered", "refund-crash-3-swept"];
     for operation in operations {
-        crash_during_refund(&app, "round.after_provider_call", operation, "refund-crash-3:charge").await;
+        crash_during_refund(&app, "round.after_provider_call", operation, "refund-crash-3:charge", child_clock).await;
         let attempt = stored(&app, operation).await;
         assert_eq!((attempt.status, attempt.provider_payment_id), (AttemptStatus::Pending, None), "never recorded");
     }
@@ -341,11 +348,10 @@ async fn refund_crash_after_the_provider_refunded_is_adopted_by_redelivery_or_by
     assert_eq!(app.sim().ledger().await.unwrap().refunds.len(), 2);
 }
 
-#[tokio::test]
-async fn refund_crash_after_the_result_is_recorded_answers_the_duplicate_from_the_record() {
+async fn refund_crash_after_the_result_is_recorded_answers_the_duplicate_from_the_record(child_clock: ClockOffset) {
     let app = TestApp::spawn_on_fake_clock().await;
     app.charge(charge_request("refund-crash-4:charge")).await.unwrap();
-    crash_during_refund(&app, "refund.after_record", "refund-crash-4", "refund-crash-4:charge").await;
+    crash_during_refund(&app, "refund.after_record", "refund-crash-4", "refund-crash-4:charge", child_clock).await;
     let recorded = stored(&app, "refund-crash-4").await;
     assert_eq!(recorded.status, AttemptStatus::Succeeded);
 
@@ -381,11 +387,13 @@ async fn confirms_with_key(app: &TestApp, key: &str) -> usize {
     log.iter().filter(|r| r.path.ends_with("/confirm") && r.idempotency_key.as_deref() == Some(key)).count()
 }
 
-#[tokio::test]
-async fn crash_between_attempt_1s_decline_and_attempt_2s_pending_row_then_attempt_2_charges_once() {
+async fn crash_between_attempt_1s_decline_and_attempt_2s_pending_row_then_attempt_2_charges_once(
+    child_clock: ClockOffset,
+) {
     let app = TestApp::spawn_on_fake_clock().await;
     // The process that recorded attempt 1's decline dies before its caller hears.
-    let child = ChildProcess::serve(&app, ChildSpec::crashing_at("charge.after_record")).await;
+    let spec = ChildSpec { clock: child_clock, ..ChildSpec::crashing_at("charge.after_record") };
+    let child = ChildProcess::serve(&app, spec).await;
     assert!(child.charge(attempt("crash-again-1", 1, "pm_card_chargeDeclined")).await.is_err());
     child.expect_crash().await;
     // Another operation: the process handling attempt 2 dies before it writes anything.
@@ -441,13 +449,13 @@ async fn crash_after_canceling_attempt_1s_intent_before_recording_it_then_attemp
     assert_eq!(creates.len(), 2, "attempt 1's and attempt 2's, once each");
 }
 
-#[tokio::test]
-async fn crash_after_attempt_2s_pending_row_is_finished_by_redelivery_or_by_the_sweep() {
+async fn crash_after_attempt_2s_pending_row_is_finished_by_redelivery_or_by_the_sweep(child_clock: ClockOffset) {
     let app = TestApp::spawn_on_fake_clock().await;
     let operations = ["crash-again-4-redelivered", "crash-again-4-swept"];
     for operation in operations {
         app.charge(attempt(operation, 1, "pm_card_chargeDeclined")).await.unwrap();
-        let child = ChildProcess::serve(&app, ChildSpec::crashing_at("charge.after_pending_commit")).await;
+        let spec = ChildSpec { clock: child_clock, ..ChildSpec::crashing_at("charge.after_pending_commit") };
+        let child = ChildProcess::serve(&app, spec).await;
         assert!(child.charge(attempt(operation, 2, "pm_card_visa")).await.is_err());
         child.expect_crash().await;
         let second = stored(&app, operation).await;
@@ -469,11 +477,13 @@ async fn crash_after_attempt_2s_pending_row_is_finished_by_redelivery_or_by_the_
     assert_eq!(app.creates().await.len(), 2, "no intent beside the declined ones");
 }
 
-#[tokio::test]
-async fn crash_after_attempt_2s_confirm_charged_past_the_window_reads_the_intent_and_adopts_it() {
+async fn crash_after_attempt_2s_confirm_charged_past_the_window_reads_the_intent_and_adopts_it(
+    child_clock: ClockOffset,
+) {
     let app = TestApp::spawn_on_fake_clock().await;
     app.charge(attempt("crash-again-5", 1, "pm_card_chargeDeclined")).await.unwrap();
-    let child = ChildProcess::serve(&app, ChildSpec::crashing_at("round.after_provider_call")).await;
+    let spec = ChildSpec { clock: child_clock, ..ChildSpec::crashing_at("round.after_provider_call") };
+    let child = ChildProcess::serve(&app, spec).await;
     assert!(child.charge(attempt("crash-again-5", 2, "pm_card_visa")).await.is_err());
     child.expect_crash().await;
     let second = stored(&app, "crash-again-5").await;
@@ -494,4 +504,19 @@ async fn crash_after_attempt_2s_confirm_charged_past_the_window_reads_the_intent
     assert_eq!(adopted.status, AttemptStatus::Succeeded);
     assert_eq!(adopted.provider_payment_id, adopted.confirms_payment_id);
     assert_eq!(succeeded_objects(&app).await, 1);
+}
+
+// The rows that write before the process dies, under a correct and a fast clock of the dead
+// process (libfaketime), as the charge rows above.
+mod refunds_and_attempts {
+    use super::*;
+
+    with_child_clocks!(
+        refund_crash_after_the_pending_commit_is_finished_by_redelivery_or_by_the_sweep,
+        refund_crash_after_the_provider_refunded_is_adopted_by_redelivery_or_by_the_sweep,
+        refund_crash_after_the_result_is_recorded_answers_the_duplicate_from_the_record,
+        crash_between_attempt_1s_decline_and_attempt_2s_pending_row_then_attempt_2_charges_once,
+        crash_after_attempt_2s_pending_row_is_finished_by_redelivery_or_by_the_sweep,
+        crash_after_attempt_2s_confirm_charged_past_the_window_reads_the_intent_and_adopts_it,
+    );
 }
