@@ -108,24 +108,32 @@ pub fn resolve_snapshot(snapshot: &PaymentSnapshot, requested: &ChargeParams) ->
             ..Resolution::plain(AttemptStatus::Pending)
         },
     };
-    if snapshot.amount_minor != requested.amount_minor
-        || snapshot.currency != requested.currency.code()
-    {
-        resolution.review_reason = Some(format!(
-            "provider object {} is for {} {}, the attempt asked for {} {}",
-            snapshot.id,
-            snapshot.amount_minor,
-            snapshot.currency,
-            requested.amount_minor,
-            requested.currency.code()
-        ));
-    }
+    resolution.flag_other_amount("provider object", &snapshot.id, snapshot.amount_minor, &snapshot.currency, requested);
     resolution
 }
 
 impl Resolution {
-    fn plain(status: AttemptStatus) -> Self {
+    pub(super) fn plain(status: AttemptStatus) -> Self {
         Self { status, failure: None, next_action: None, review_reason: None }
+    }
+
+    /// A provider object (`noun` says which kind) for another amount or currency than the
+    /// attempt asked for: whatever its status, a person must look.
+    pub(super) fn flag_other_amount(
+        &mut self,
+        noun: &str,
+        id: &str,
+        amount_minor: i64,
+        currency: &str,
+        requested: &ChargeParams,
+    ) {
+        if amount_minor != requested.amount_minor || currency != requested.currency.code() {
+            self.review_reason = Some(format!(
+                "{noun} {id} is for {amount_minor} {currency}, the attempt asked for {} {}",
+                requested.amount_minor,
+                requested.currency.code()
+            ));
+        }
     }
 }
 

@@ -7,40 +7,30 @@ use super::{AttemptStatus, ChargeParams, Failure, RefundSnapshot, RefundStatus, 
 /// provider's reason (`failure_reason`, or `canceled`). A pending one stays pending with the
 /// object known, so recovery retrieves it later instead of creating again.
 pub fn resolve_refund_snapshot(snapshot: &RefundSnapshot, requested: &ChargeParams) -> Resolution {
-    let plain = |status| Resolution { status, failure: None, next_action: None, review_reason: None };
     let mut resolution = match snapshot.refund_status() {
-        RefundStatus::Succeeded => plain(AttemptStatus::Succeeded),
-        RefundStatus::Pending => plain(AttemptStatus::Pending),
-        RefundStatus::RequiresAction => plain(AttemptStatus::RequiresAction),
+        RefundStatus::Succeeded => Resolution::plain(AttemptStatus::Succeeded),
+        RefundStatus::Pending => Resolution::plain(AttemptStatus::Pending),
+        RefundStatus::RequiresAction => Resolution::plain(AttemptStatus::RequiresAction),
         RefundStatus::Failed => Resolution {
             failure: Some(Failure {
                 code: snapshot.failure_reason.clone().unwrap_or_else(|| "refund_failed".to_owned()),
                 message: format!("the provider failed refund {}", snapshot.id),
             }),
-            ..plain(AttemptStatus::Failed)
+            ..Resolution::plain(AttemptStatus::Failed)
         },
         RefundStatus::Canceled => Resolution {
             failure: Some(Failure {
                 code: snapshot.failure_reason.clone().unwrap_or_else(|| "canceled".to_owned()),
                 message: format!("refund {} was canceled at the provider", snapshot.id),
             }),
-            ..plain(AttemptStatus::Failed)
+            ..Resolution::plain(AttemptStatus::Failed)
         },
         RefundStatus::Other(name) => Resolution {
             review_reason: Some(format!("provider refund {} is in unexpected status {name:?}", snapshot.id)),
-            ..plain(AttemptStatus::Pending)
+            ..Resolution::plain(AttemptStatus::Pending)
         },
     };
-    if snapshot.amount_minor != requested.amount_minor || snapshot.currency != requested.currency.code() {
-        resolution.review_reason = Some(format!(
-            "provider refund {} is for {} {}, the attempt asked for {} {}",
-            snapshot.id,
-            snapshot.amount_minor,
-            snapshot.currency,
-            requested.amount_minor,
-            requested.currency.code()
-        ));
-    }
+    resolution.flag_other_amount("provider refund", &snapshot.id, snapshot.amount_minor, &snapshot.currency, requested);
     resolution
 }
 
