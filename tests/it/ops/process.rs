@@ -45,6 +45,8 @@ pub struct ServeProcess {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     stderr: Arc<Mutex<String>>,
+    /// Copies the child's stderr into `stderr`; it ends at end of file, after the last line.
+    stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl ServeProcess {
@@ -76,7 +78,7 @@ impl ServeProcess {
         let stderr = Arc::new(Mutex::new(String::new()));
         let pipe = child.stderr.take().unwrap();
         let sink = stderr.clone();
-        tokio::spawn(async move {
+        let stderr_reader = tokio::spawn(async move {
             let mut lines = BufReader::new(pipe).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 let mut sink = sink.lock().unwrap();
@@ -89,6 +91,7 @@ impl ServeProcess {
             grpc_addr,
             http_addr,
             stderr,
+            stderr_reader: Some(stderr_reader),
         }
     }
 
@@ -143,11 +146,18 @@ impl ServeProcess {
 
     pub async fn wait_exit(&mut self) -> ExitStatus {
         let status = self.child.wait().await.unwrap();
-        // Let the reader drain what the process wrote last.
-        tokio::task::yield_now().await;
+        // The process's last lines (a refusal's message comes last) may still be in the pipe:
+        // read to end of file. One yield was not enough under RUST_LOG=trace, where thousands
+        // of lines are queued behind the exit. Bounded in case a grandchild holds the pipe.
+        if let Some(reader) = self.stderr_reader.take() {
+            let _ = tokio::time::timeout(STDERR_DRAIN_MAX, reader).await;
+        }
         status
     }
 }
+
+/// How long the stderr copy may take to reach end of file once the process has exited.
+const STDERR_DRAIN_MAX: Duration = Duration::from_secs(10);
 
 /// How long a refused start may take to exit: configuration is checked before anything starts,
 /// so this only bounds a start that was not refused (it would serve until killed).
