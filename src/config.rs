@@ -45,6 +45,11 @@ pub struct Config {
 pub struct ServerConfig {
     pub grpc_listen: SocketAddr,
     pub http_listen: SocketAddr,
+    /// A separate plaintext listener for `/metrics` (and `/healthz`), for a Prometheus inside
+    /// the cluster while the HTTP port speaks TLS to an ingress. Set, `/metrics` leaves the HTTP
+    /// port. Exempt from `require_tls`: metrics carry counts and consumer names, no tokens and
+    /// no payment data.
+    pub metrics_listen: Option<SocketAddr>,
     /// Upper bound on one gRPC request, end to end.
     pub request_timeout_ms: u64,
     pub concurrent_requests_max: usize,
@@ -187,6 +192,13 @@ pub struct ConsumerConfig {
     /// (needs `server.tls_client_ca_file`). With tokens too, a call needs both.
     #[serde(default)]
     pub client_cert_sha256: Sha256List,
+    /// Names that identify this consumer's client certificates, matched exactly against the
+    /// subject common name and the DNS and URI subject alternative names of a certificate the
+    /// client CA signed (`orders.payments.internal`, `spiffe://example.org/orders`): a
+    /// certificate renewed under the same name needs no configuration change. Needs
+    /// `server.tls_client_ca_file`; with tokens too, a call needs both.
+    #[serde(default)]
+    pub client_cert_names: Vec<String>,
     /// Token bucket: calls per second sustained, and the burst above it.
     #[serde(default = "requests_per_second_max_default")]
     pub requests_per_second_max: u32,
@@ -213,6 +225,7 @@ impl Default for ConsumerConfig {
             name: String::new(),
             token_sha256: Sha256List::default(),
             client_cert_sha256: Sha256List::default(),
+            client_cert_names: Vec::new(),
             requests_per_second_max: requests_per_second_max_default(),
             burst_max: burst_max_default(),
             calls_in_flight_max: calls_in_flight_max_default(),
@@ -365,6 +378,7 @@ impl Default for ServerConfig {
         Self {
             grpc_listen: "127.0.0.1:50051".parse().expect("literal address"),
             http_listen: "127.0.0.1:8080".parse().expect("literal address"),
+            metrics_listen: None,
             request_timeout_ms: 30_000,
             concurrent_requests_max: 1024,
             // tonic's own default, now chosen rather than inherited.
@@ -565,12 +579,20 @@ impl Config {
             check(consumer.token_sha256.iter().all(is_sha256_hex), &format!("consumers: token_sha256 of {:?} must be 64 lowercase hex digits", consumer.name));
             check(consumer.client_cert_sha256.iter().all(is_sha256_hex), &format!("consumers: client_cert_sha256 of {:?} must be 64 lowercase hex digits", consumer.name));
             check(
-                !consumer.token_sha256.is_empty() || !consumer.client_cert_sha256.is_empty(),
-                &format!("consumers: {:?} needs a token_sha256 or a client_cert_sha256", consumer.name),
+                consumer.client_cert_names.iter().all(|name| is_certificate_name(name)),
+                &format!("consumers: client_cert_names of {:?} must be 1-{CERTIFICATE_NAME_BYTES_MAX} printable characters without spaces each", consumer.name),
+            );
+            check(
+                !consumer.token_sha256.is_empty() || !consumer.client_cert_sha256.is_empty() || !consumer.client_cert_names.is_empty(),
+                &format!("consumers: {:?} needs a token_sha256, a client_cert_sha256 or client_cert_names", consumer.name),
             );
             check(
                 consumer.client_cert_sha256.is_empty() || self.server.tls_client_ca_file.is_some(),
                 &format!("consumers: {:?} has a client_cert_sha256 but server.tls_client_ca_file is unset: no client certificate would ever be asked for", consumer.name),
+            );
+            check(
+                consumer.client_cert_names.is_empty() || self.server.tls_client_ca_file.is_some(),
+                &format!("consumers: {:?} has client_cert_names but server.tls_client_ca_file is unset: no client certificate would ever be asked for", consumer.name),
             );
             check((1..=100_000).contains(&consumer.requests_per_second_max), &format!("consumers: requests_per_second_max of {:?} must be 1-100000", consumer.name));
             check((1..=100_000).contains(&consumer.burst_max), &format!("consumers: burst_max of {:?} must be 1-100000", consumer.name));
@@ -648,6 +670,19 @@ impl Config {
                 }
             }
         }
+        let mut first_by_cert_name: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for consumer in &self.consumers {
+            for name in &consumer.client_cert_names {
+                if let Some(first) = first_by_cert_name.insert(name.as_str(), consumer.name.as_str())
+                    && first != consumer.name
+                {
+                    problems.push(format!(
+                        "consumers: {:?} has the client_cert_names entry {name:?} of consumer {first:?}: every consumer needs its own certificate name",
+                        consumer.name
+                    ));
+                }
+            }
+        }
         let mut names = std::collections::HashSet::new();
         for consumer in &self.consumers {
             if !names.insert(consumer.name.as_str()) {
@@ -674,6 +709,14 @@ impl Config {
         check((100..=3_600_000).contains(&server.tls_reload_interval_ms), "server.tls_reload_interval_ms must be 100-3600000");
         check((100..=60_000).contains(&server.tls_handshake_timeout_ms), "server.tls_handshake_timeout_ms must be 100-60000");
         check((100..=300_000).contains(&server.http_request_timeout_ms), "server.http_request_timeout_ms must be 100-300000");
+        if let Some(metrics) = server.metrics_listen {
+            for (option, address) in [("server.grpc_listen", server.grpc_listen), ("server.http_listen", server.http_listen)] {
+                check(
+                    metrics.port() == 0 || metrics != address,
+                    &format!("server.metrics_listen {metrics} is {option} too: metrics need a listener of their own"),
+                );
+            }
+        }
         if server.require_tls {
             let grpc_tls = server.tls_cert_file.is_some();
             let http_tls = grpc_tls && server.tls_on_http;
@@ -769,6 +812,13 @@ fn seconds(ms: u64) -> String {
 }
 
 /// 64 lowercase hex digits: the form `chargeguard hash-token` prints and authentication compares.
+/// Longest `client_cert_names` entry: a DNS name is at most 253 bytes; URIs get more room.
+const CERTIFICATE_NAME_BYTES_MAX: usize = 1_024;
+
+fn is_certificate_name(name: &str) -> bool {
+    (1..=CERTIFICATE_NAME_BYTES_MAX).contains(&name.len()) && name.bytes().all(|byte| byte.is_ascii_graphic())
+}
+
 fn is_sha256_hex(hash: &str) -> bool {
     hash.len() == 64 && hash.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
 }
@@ -830,7 +880,13 @@ mod tests {
             ..ConsumerConfig::default()
         };
         let mut config = Config {
-            consumers: vec![consumer("orders", &"a".repeat(64)), consumer("billing", &"a".repeat(64)), ConsumerConfig { name: "bare".into(), ..ConsumerConfig::default() }],
+            consumers: vec![
+                consumer("orders", &"a".repeat(64)),
+                consumer("billing", &"a".repeat(64)),
+                ConsumerConfig { name: "bare".into(), ..ConsumerConfig::default() },
+                ConsumerConfig { name: "ledger".into(), client_cert_names: vec!["ledger.internal".into()], ..ConsumerConfig::default() },
+                ConsumerConfig { name: "refunds".into(), client_cert_names: vec!["ledger.internal".into(), "has space".into()], ..ConsumerConfig::default() },
+            ],
             ..Config::default()
         };
         config.server.tls_key_file = Some("key.pem".into());
@@ -840,7 +896,10 @@ mod tests {
         for expected in [
             "\"orders\" has a client_cert_sha256 but server.tls_client_ca_file is unset",
             "\"billing\" has the same client_cert_sha256 as consumer \"orders\"",
-            "\"bare\" needs a token_sha256 or a client_cert_sha256",
+            "\"bare\" needs a token_sha256, a client_cert_sha256 or client_cert_names",
+            "\"ledger\" has client_cert_names but server.tls_client_ca_file is unset",
+            "\"refunds\" has the client_cert_names entry \"ledger.internal\" of consumer \"ledger\"",
+            "client_cert_names of \"refunds\" must be 1-1024 printable characters without spaces",
             "server.tls_cert_file and server.tls_key_file go together",
             "server.grpc_listen 0.0.0.0:50051 is not a loopback address and would speak plaintext",
         ] {

@@ -1,4 +1,5 @@
-//! chargeguard's HTTP port: metrics and health for operators; `webhook::route` adds the Stripe webhook endpoint.
+//! chargeguard's HTTP port: metrics and health for operators; `webhook::route` adds the Stripe
+//! webhook endpoint. `metrics_router` is the same metrics on a listener of their own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,12 +20,22 @@ pub struct HttpState {
     pub store: Arc<dyn AttemptStore>,
 }
 
-pub fn router(state: HttpState) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
+/// The HTTP port's operator routes; `/metrics` only when no metrics listener of its own is
+/// configured (`server.metrics_listen`).
+pub fn router(state: HttpState, with_metrics: bool) -> Router {
+    let router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
-        .with_state(state)
+        .with_state(state);
+    match with_metrics {
+        true => router.route("/metrics", get(metrics)),
+        false => router,
+    }
+}
+
+/// What `server.metrics_listen` serves, in plaintext.
+pub fn metrics_router() -> Router {
+    Router::new().route("/metrics", get(metrics)).route("/healthz", get(|| async { "ok" }))
 }
 
 /// Serves `router` on `listener` as `axum::serve` does, plus a bound on reading each request's

@@ -58,6 +58,9 @@ struct ServeArgs {
     grpc_listen: Option<std::net::SocketAddr>,
     #[arg(long)]
     http_listen: Option<std::net::SocketAddr>,
+    /// A plaintext listener for /metrics of its own (server.metrics_listen).
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Do not apply migrations at start.
     #[arg(long)]
     no_migrate: bool,
@@ -101,6 +104,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if let Some(addr) = args.http_listen {
                 config.server.http_listen = addr;
+            }
+            if let Some(addr) = args.metrics_listen {
+                config.server.metrics_listen = Some(addr);
             }
             if args.no_migrate {
                 config.database.migrate_on_start = false;

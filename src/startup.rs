@@ -55,6 +55,8 @@ pub struct Application {
     core: Core,
     grpc_listener: TcpListener,
     http_listener: TcpListener,
+    /// `server.metrics_listen`, when configured.
+    metrics_listener: Option<TcpListener>,
     /// `None`: the port speaks plaintext.
     grpc_tls: Option<CurrentConfig>,
     http_tls: Option<CurrentConfig>,
@@ -115,8 +117,12 @@ impl Application {
         let http_listener = TcpListener::bind(config.server.http_listen)
             .await
             .with_context(|| format!("binding HTTP on {}", config.server.http_listen))?;
+        let metrics_listener = match config.server.metrics_listen {
+            Some(listen) => Some(TcpListener::bind(listen).await.with_context(|| format!("binding metrics on {listen} (server.metrics_listen)"))?),
+            None => None,
+        };
         let (grpc_tls, http_tls) = load_tls(&config.server)?;
-        Ok(Self { core, grpc_listener, http_listener, grpc_tls, http_tls, shutdown: CancellationToken::new() })
+        Ok(Self { core, grpc_listener, http_listener, metrics_listener, grpc_tls, http_tls, shutdown: CancellationToken::new() })
     }
 
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -125,6 +131,11 @@ impl Application {
 
     pub fn http_addr(&self) -> SocketAddr {
         self.http_listener.local_addr().expect("bound listener has an address")
+    }
+
+    /// The metrics listener's address, when `server.metrics_listen` is configured.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener.as_ref().map(|listener| listener.local_addr().expect("bound listener has an address"))
     }
 
     pub fn orchestrator(&self) -> &Orchestrator {
@@ -159,7 +170,7 @@ impl Application {
             .into_server()
             .max_decoding_message_size(request_bytes_max);
 
-        let (grpc_addr, http_addr) = (self.grpc_addr(), self.http_addr());
+        let (grpc_addr, http_addr, metrics_addr) = (self.grpc_addr(), self.http_addr(), self.metrics_addr());
         let shutdown = self.shutdown.clone();
         let store = core.store.clone();
         health_reporter.set_service_status(LIVENESS_SERVICE, tonic_health::ServingStatus::Serving).await;
@@ -250,7 +261,7 @@ impl Application {
                 grpc_shutdown,
             )),
         };
-        let mut http_router = crate::http::router(crate::http::HttpState { store: core.store.clone() });
+        let mut http_router = crate::http::router(crate::http::HttpState { store: core.store.clone() }, metrics_addr.is_none());
         if let Some(webhooks) = &webhooks {
             // Signatures carry the sender's wall-clock time: checked against ours, not the
             // business clock that tests move.
@@ -277,6 +288,9 @@ impl Application {
                 })
             }
         };
+        let metrics_server = self.metrics_listener.map(|listener| {
+            tokio::spawn(crate::http::serve(listener, crate::http::metrics_router(), http_request_timeout, shutdown.clone()))
+        });
         let reloader = TlsFiles::from_config(server).map(|files| {
             let ports = self.grpc_tls.iter().chain(self.http_tls.iter()).cloned().collect();
             Reloader::new(files, ports, Duration::from_millis(server.tls_reload_interval_ms)).spawn(shutdown.clone())
@@ -290,7 +304,10 @@ impl Application {
         };
         // The bound addresses, not the configured ones: with port 0 this line is how a parent
         // process (the crash-point tests) learns where to connect.
-        tracing::info!(grpc = %grpc_addr, http = %http_addr, "chargeguard serving");
+        match metrics_addr {
+            Some(metrics) => tracing::info!(grpc = %grpc_addr, http = %http_addr, %metrics, "chargeguard serving"),
+            None => tracing::info!(grpc = %grpc_addr, http = %http_addr, "chargeguard serving"),
+        }
         shutdown.cancelled().await;
         let grace = Duration::from_millis(core.config.server.shutdown_grace_ms);
         let drained = tokio::time::timeout(grace, async {
@@ -299,6 +316,9 @@ impl Application {
             }
             let grpc = grpc.await;
             let http = http.await;
+            if let Some(metrics_server) = metrics_server {
+                let _ = metrics_server.await;
+            }
             // The webhook jobs stop between batches; whatever they left claimed is finished by
             // the next worker after the claim expires.
             for job in webhook_jobs {

@@ -1,5 +1,6 @@
 //! Who is calling: bearer tokens (several per consumer while rotating) and client certificates
-//! (mutual TLS), compared in constant time. Failures are counted per consumer in
+//! (mutual TLS; by the certificate's SHA-256 or by a name in it), tokens and digests compared in
+//! constant time. Failures are counted per consumer in
 //! `chargeguard_authentication_failures_total` and logged, never with what the caller sent.
 
 use rustls_pki_types::CertificateDer;
@@ -27,6 +28,10 @@ pub struct Authenticator {
     tokens: Vec<([u8; 32], u32)>,
     /// (SHA-256 of a client certificate's DER, index into `consumers`).
     certificates: Vec<([u8; 32], u32)>,
+    /// (a name the client certificate carries, index into `consumers`). Names are public
+    /// (anyone can read a certificate); what makes one trustworthy is that the client CA signed
+    /// it, which the TLS handshake checked before the call got here.
+    certificate_names: Vec<(String, u32)>,
 }
 
 #[derive(Clone)]
@@ -64,6 +69,8 @@ pub enum AuthError {
     TokenRequired,
     #[error("the bearer token and the client certificate belong to different consumers")]
     Conflict,
+    #[error("the client certificate names more than one consumer")]
+    AmbiguousCertificate,
 }
 
 impl AuthError {
@@ -77,6 +84,7 @@ impl AuthError {
             AuthError::CertificateRequired => "certificate_required",
             AuthError::TokenRequired => "token_required",
             AuthError::Conflict => "conflict",
+            AuthError::AmbiguousCertificate => "ambiguous_certificate",
         }
     }
 }
@@ -95,13 +103,16 @@ impl Authenticator {
             authenticator.consumers.push(Identity {
                 name: ConsumerName::parse(&consumer.name)?,
                 needs_token: !consumer.token_sha256.is_empty(),
-                needs_certificate: !consumer.client_cert_sha256.is_empty(),
+                needs_certificate: !consumer.client_cert_sha256.is_empty() || !consumer.client_cert_names.is_empty(),
             });
             for hash in consumer.token_sha256.iter() {
                 authenticator.tokens.push((digest_of_hex("token_sha256", hash)?, index));
             }
             for hash in consumer.client_cert_sha256.iter() {
                 authenticator.certificates.push((digest_of_hex("client_cert_sha256", hash)?, index));
+            }
+            for name in &consumer.client_cert_names {
+                authenticator.certificate_names.push((name.clone(), index));
             }
         }
         Ok(authenticator)
@@ -121,7 +132,10 @@ impl Authenticator {
     /// Pure: who `authorization` and the client's leaf certificate name, if they agree.
     pub fn identify(&self, authorization: Option<&[u8]>, leaf: Option<&CertificateDer<'_>>) -> Result<ConsumerName, AuthFailure> {
         let fail = |error, consumer: Option<&Identity>| AuthFailure { error, consumer: consumer.map(|c| c.name.clone()) };
-        let by_certificate = leaf.and_then(|leaf| self.find(&self.certificates, &Sha256::digest(leaf.as_ref()).into()));
+        let by_certificate = match leaf {
+            Some(leaf) => self.certificate_owner(leaf).map_err(|error| fail(error, None))?,
+            None => None,
+        };
         let token = match authorization {
             Some(header) => Some(bearer_token(header).map_err(|error| fail(error, by_certificate))?),
             None => None,
@@ -139,20 +153,76 @@ impl Authenticator {
             }
             (None, Some(consumer)) if consumer.needs_token => Err(fail(AuthError::TokenRequired, Some(consumer))),
             (None, Some(consumer)) => Ok(consumer.name.clone()),
-            (None, None) if leaf.is_some() && !self.certificates.is_empty() => Err(fail(AuthError::UnknownCertificate, None)),
+            (None, None) if leaf.is_some() && self.identifies_certificates() => Err(fail(AuthError::UnknownCertificate, None)),
             (None, None) => Err(fail(AuthError::Missing, None)),
+        }
+    }
+
+    fn identifies_certificates(&self) -> bool {
+        !self.certificates.is_empty() || !self.certificate_names.is_empty()
+    }
+
+    /// The consumer a verified client certificate identifies: by its SHA-256, or by a name it
+    /// carries (`consumers[].client_cert_names`). A certificate that would identify two
+    /// consumers identifies none: the call could act as either.
+    fn certificate_owner(&self, leaf: &CertificateDer<'_>) -> Result<Option<&Identity>, AuthError> {
+        let mut owners: Vec<u32> = self.find_index(&self.certificates, &Sha256::digest(leaf.as_ref()).into()).into_iter().collect();
+        if !self.certificate_names.is_empty() {
+            let names = certificate_names(leaf);
+            owners.extend(
+                self.certificate_names
+                    .iter()
+                    .filter(|(configured, _)| names.iter().any(|name| name == configured))
+                    .map(|(_, index)| *index),
+            );
+        }
+        owners.sort_unstable();
+        owners.dedup();
+        match owners.as_slice() {
+            [] => Ok(None),
+            [index] => Ok(self.consumers.get(*index as usize)),
+            _ => Err(AuthError::AmbiguousCertificate),
         }
     }
 
     /// The consumer of `digest` in `entries`, comparing every entry in constant time: how long
     /// this takes says nothing about how close a guess came.
     fn find(&self, entries: &[([u8; 32], u32)], digest: &[u8; 32]) -> Option<&Identity> {
+        self.find_index(entries, digest).and_then(|index| self.consumers.get(index as usize))
+    }
+
+    fn find_index(&self, entries: &[([u8; 32], u32)], digest: &[u8; 32]) -> Option<u32> {
         let mut found = NO_MATCH;
         for (entry, index) in entries {
             found.conditional_assign(index, entry.ct_eq(digest));
         }
-        self.consumers.get(found as usize)
+        (found != NO_MATCH).then_some(found)
     }
+}
+
+/// The names a certificate carries that `client_cert_names` may match: the subject's common
+/// names and the DNS and URI subject alternative names (a SPIFFE ID is a URI name), exactly as
+/// written in the certificate. A certificate that does not parse carries none.
+pub fn certificate_names(der: &[u8]) -> Vec<String> {
+    let Ok((_, certificate)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = certificate
+        .subject()
+        .iter_common_name()
+        .filter_map(|common_name| common_name.as_str().ok())
+        .map(str::to_owned)
+        .collect();
+    if let Ok(Some(alternative)) = certificate.subject_alternative_name() {
+        for name in &alternative.value.general_names {
+            match name {
+                x509_parser::extensions::GeneralName::DNSName(dns) => names.push((*dns).to_owned()),
+                x509_parser::extensions::GeneralName::URI(uri) => names.push((*uri).to_owned()),
+                _ => {}
+            }
+        }
+    }
+    names
 }
 
 fn record_failure(failure: &AuthFailure) {
@@ -238,6 +308,36 @@ mod tests {
         assert_eq!(who(&authenticator, Some("ledger"), Some(b"billing-cert")), Err("conflict"));
         assert_eq!(who(&authenticator, Some("ledger"), Some(b"unlisted-cert")), Ok("ledger".into()));
         assert_eq!(who(&authenticator, None, Some(b"unlisted-cert")), Err("unknown_certificate"));
+    }
+
+    /// A self-signed certificate's DER with `common_name` and DNS `alternative_names`.
+    fn named_certificate(common_name: &str, alternative_names: &[&str]) -> Vec<u8> {
+        let mut params = rcgen::CertificateParams::new(alternative_names.iter().map(|name| (*name).to_owned()).collect::<Vec<_>>()).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, common_name);
+        params.self_signed(&rcgen::KeyPair::generate().unwrap()).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn a_certificate_name_identifies_its_consumer_and_a_certificate_naming_two_identifies_none() {
+        let ledger = named_certificate("ledger-pod-7", &["ledger.internal"]);
+        let renewed = named_certificate("ledger-pod-8", &["ledger.internal"]);
+        let audit = named_certificate("audit", &["ledger.internal"]);
+        assert_eq!(certificate_names(&ledger), ["ledger-pod-7", "ledger.internal"]);
+        let authenticator = Authenticator::from_config(&[
+            ConsumerConfig { name: "ledger".into(), client_cert_names: vec!["ledger.internal".into()], ..ConsumerConfig::default() },
+            ConsumerConfig { name: "reports".into(), client_cert_names: vec!["reports".into()], token_sha256: hash_token("reports").into(), ..ConsumerConfig::default() },
+            consumer("audit", &[], &[&audit]),
+        ])
+        .unwrap();
+        assert_eq!(who(&authenticator, None, Some(&ledger)), Ok("ledger".into()));
+        assert_eq!(who(&authenticator, None, Some(&renewed)), Ok("ledger".into()));
+        assert_eq!(who(&authenticator, None, Some(&audit)), Err("ambiguous_certificate"));
+        let reports = named_certificate("reports", &[]);
+        assert_eq!(who(&authenticator, None, Some(&reports)), Err("token_required"));
+        assert_eq!(who(&authenticator, Some("reports"), Some(&reports)), Ok("reports".into()));
+        assert_eq!(who(&authenticator, Some("reports"), Some(&ledger)), Err("conflict"));
+        assert_eq!(who(&authenticator, None, Some(&named_certificate("stranger", &["stranger.internal"]))), Err("unknown_certificate"));
+        assert_eq!(who(&authenticator, None, Some(b"not a certificate")), Err("unknown_certificate"));
     }
 
     #[test]

@@ -169,6 +169,15 @@ fn every_yaml_file_parses_and_kubernetes_objects_are_complete() {
         "the pod outlives the drain"
     );
     assert_eq!(config.server.grpc_listen.port() as i64, grpc_port);
+    // Prometheus scrapes the plaintext metrics listener: the HTTP port speaks TLS.
+    let annotations = &deployments[0]["spec"]["template"]["metadata"]["annotations"];
+    let scraped_port: u16 = annotations["prometheus.io/port"].as_str().unwrap().parse().unwrap();
+    let metrics_listen = config.server.metrics_listen.expect("metrics on a listener of their own");
+    assert_eq!(metrics_listen.port(), scraped_port, "the scrape annotation names server.metrics_listen");
+    assert!(
+        container["ports"].as_vec().unwrap().iter().any(|port| port["containerPort"].as_i64() == Some(scraped_port as i64)),
+        "the container declares the metrics port"
+    );
     let mount = tls_mount["mountPath"].as_str().unwrap();
     for file in [&config.server.tls_cert_file, &config.server.tls_key_file] {
         let file = file.as_ref().expect("TLS is configured");

@@ -57,6 +57,16 @@ impl Ca {
         self.issue(params)
     }
 
+    /// A client certificate with `common_name` and a URI subject alternative name (a SPIFFE
+    /// ID, as a service mesh issues them).
+    pub fn client_with_uri(&self, common_name: &str, uri: &str) -> Issued {
+        let mut params = CertificateParams::new(Vec::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, common_name);
+        params.subject_alt_names = vec![rcgen::SanType::URI(uri.try_into().unwrap())];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
     fn issue(&self, mut params: CertificateParams) -> Issued {
         params.use_authority_key_identifier_extension = true;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];

@@ -114,6 +114,76 @@ async fn mutual_tls_refuses_a_client_without_a_certificate_and_a_certificate_of_
 }
 
 #[tokio::test]
+async fn with_a_metrics_listener_of_its_own_metrics_are_plaintext_there_and_gone_from_the_tls_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("chargeguard test CA");
+    let files = ServerFiles::write(dir.path(), &ca.server(), None);
+    let app = TestApp::spawn_with(|config| {
+        files.configure(config, false);
+        config.server.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let metrics_addr = app.metrics_addr.expect("a metrics listener");
+    let mut client = tls_client(app.grpc_addr, &ca, None).await.expect("TLS connects");
+    client.charge(authed(ORDERS_TOKEN, charge_request("metrics-1"))).await.expect("a charge over TLS");
+
+    // Prometheus scrapes plaintext on the metrics listener, and sees the charge.
+    let scraped = reqwest::get(format!("http://{metrics_addr}/metrics")).await.unwrap();
+    assert_eq!(scraped.status(), 200);
+    let text = scraped.text().await.unwrap();
+    assert!(text.lines().any(|line| line.starts_with("chargeguard_charges_total{")), "{text}");
+    assert_eq!(reqwest::get(format!("http://{metrics_addr}/healthz")).await.unwrap().status(), 200);
+    // The TLS port, which an ingress may expose, no longer serves them; health stays.
+    let https = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem.as_bytes()).unwrap())
+        .resolve(super::SERVER_NAME, app.http_addr)
+        .build()
+        .unwrap();
+    let base = format!("https://{}:{}", super::SERVER_NAME, app.http_addr.port());
+    assert_eq!(https.get(format!("{base}/metrics")).send().await.unwrap().status(), 404);
+    assert_eq!(https.get(format!("{base}/healthz")).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn a_consumer_named_in_its_certificate_keeps_working_across_a_renewal_and_other_names_are_refused() {
+    const BILLING_ID: &str = "spiffe://chargeguard.test/billing";
+    let dir = tempfile::tempdir().unwrap();
+    let (server_ca, client_ca) = (Ca::new("server CA"), Ca::new("mesh CA"));
+    let files = ServerFiles::write(dir.path(), &server_ca.server(), Some(&client_ca));
+    let app = TestApp::spawn_with(|config| {
+        files.configure(config, true);
+        for consumer in config.consumers.iter_mut().filter(|consumer| consumer.name == "billing") {
+            consumer.token_sha256 = Vec::new().into();
+            consumer.client_cert_names = vec![BILLING_ID.to_owned()];
+        }
+    })
+    .await;
+
+    // Two certificates of billing's, as a mesh renews them: new key, same name.
+    for (round, certificate) in [client_ca.client_with_uri("billing-pod-1", BILLING_ID), client_ca.client_with_uri("billing-pod-2", BILLING_ID)]
+        .iter()
+        .enumerate()
+    {
+        let mut as_billing = tls_client(app.grpc_addr, &server_ca, Some(certificate)).await.unwrap();
+        let charged = as_billing.charge(Request::new(charge_request(&format!("named-{round}")))).await.expect("billing by its certificate's name");
+        assert_eq!(charged.into_inner().attempt.unwrap().consumer, "billing");
+    }
+    // A certificate of the same CA under another name, or with the consumer's name only as its
+    // common name (the configured name is the URI), identifies nobody.
+    for (common_name, uri) in [("billing", "spiffe://chargeguard.test/other"), ("spiffe://chargeguard.test/billing-2", "spiffe://chargeguard.test/billing-2")] {
+        let mut stranger = tls_client(app.grpc_addr, &server_ca, Some(&client_ca.client_with_uri(common_name, uri))).await.unwrap();
+        let refused = stranger.charge(Request::new(charge_request("named-stranger"))).await.expect_err("another name");
+        assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+        assert!(refused.message().contains("unknown client certificate"), "{refused:?}");
+    }
+    // orders' token with billing's certificate: two consumers, refused.
+    let mut mixed = tls_client(app.grpc_addr, &server_ca, Some(&client_ca.client_with_uri("billing-pod-3", BILLING_ID))).await.unwrap();
+    let conflict = mixed.charge(authed(ORDERS_TOKEN, charge_request("named-conflict"))).await.expect_err("conflict");
+    assert_eq!(conflict.code(), Code::Unauthenticated, "{conflict:?}");
+    assert_eq!(app.creates().await.len(), 2, "only billing's two charges reached the provider");
+}
+
+#[tokio::test]
 async fn a_rotated_certificate_is_picked_up_without_a_restart_while_a_call_is_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let (old_ca, new_ca) = (Ca::new("old CA"), Ca::new("new CA"));

@@ -38,6 +38,8 @@ pub const SIM_API_KEY: &str = "sk_test_chargeguard";
 pub struct TestApp {
     pub grpc_addr: std::net::SocketAddr,
     pub http_addr: std::net::SocketAddr,
+    /// `server.metrics_listen`'s bound address, when the test configured one.
+    pub metrics_addr: Option<std::net::SocketAddr>,
     pub database: TestDatabase,
     pub simulator: SimulatorHandle,
     pub clock: Arc<OffsetClock>,
@@ -133,9 +135,10 @@ impl TestApp {
         let app = Application::build(config, clock.clone()).await.expect("application builds");
         let grpc_addr = app.grpc_addr();
         let http_addr = app.http_addr();
+        let metrics_addr = app.metrics_addr();
         let orchestrator = app.orchestrator().clone();
         let server = RunningServer { shutdown: app.shutdown_token(), task: Some(tokio::spawn(app.run())) };
-        Self { grpc_addr, http_addr, database, simulator, clock, orchestrator, server }
+        Self { grpc_addr, http_addr, metrics_addr, database, simulator, clock, orchestrator, server }
     }
 
     /// Stops the app and starts a new one on the same database and simulator (the default test
