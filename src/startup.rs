@@ -151,17 +151,21 @@ impl Application {
         let core = &self.core;
         let metrics = crate::telemetry::metrics_handle();
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .context("building the reflection service")?;
+        let reflection_builder = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        let reflection = reflection_builder().build_v1().context("building the reflection service")?;
+        // Older grpcurl, Postman and grpcui still ask v1alpha.
+        let reflection_v1alpha = reflection_builder().build_v1alpha().context("building the v1alpha reflection service")?;
         let authenticator = Authenticator::from_config(&core.config.consumers)?;
         let limits = ConsumerLimitLayer::new(authenticator.clone(), ConsumerLimits::from_config(&core.config.consumers)?);
         // Every service gets the same decode limit on purpose, so the refusal can name it.
         let request_bytes_max = core.config.server.grpc_request_bytes_max;
         let health_service = health_service.max_decoding_message_size(request_bytes_max);
         let reflection = reflection.max_decoding_message_size(request_bytes_max);
+        let reflection_v1alpha = reflection_v1alpha.max_decoding_message_size(request_bytes_max);
         let reports =
             ReportsService::new(core.reporter.clone(), Operators::from_config(&core.config.operators), authenticator.clone())
                 .into_server()
@@ -243,6 +247,7 @@ impl Application {
             .layer(limits)
             .add_service(health_service)
             .add_service(reflection)
+            .add_service(reflection_v1alpha)
             .add_service(payments)
             .add_service(reports);
         let grpc_shutdown = shutdown.clone().cancelled_owned();

@@ -27,11 +27,18 @@ pub fn init_logging(format: LogFormat) {
 
 static METRICS: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// Every histogram is exported as a Prometheus histogram with these upper bounds (seconds), not
+/// as a summary: bucket counts add up across replicas, quantiles of summaries do not. From a
+/// provider round of a few milliseconds to a sweep pass of a minute.
+const LATENCY_BUCKETS_SECONDS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
+
 /// The process-wide Prometheus recorder, installed on first use. One per process: several
 /// applications in one test process share it.
 pub fn metrics_handle() -> &'static PrometheusHandle {
     METRICS.get_or_init(|| {
         PrometheusBuilder::new()
+            .set_buckets(&LATENCY_BUCKETS_SECONDS)
+            .expect("bucket list is not empty")
             .install_recorder()
             .expect("no other metrics recorder is installed in this process")
     })

@@ -70,6 +70,29 @@ async fn reflection_lists_and_describes_the_payments_service() {
     assert_eq!(methods, ["Charge", "Refund", "GetAttempt", "ListAttempts"]);
 }
 
+/// Older grpcurl, Postman and grpcui ask the v1alpha reflection service.
+#[tokio::test]
+async fn reflection_v1alpha_lists_the_same_services() {
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient as V1alphaClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest as V1alphaRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse as V1alphaResponse;
+    let app = TestApp::spawn().await;
+    let mut client = V1alphaClient::new(channel(app.grpc_addr).await.unwrap());
+    let request = tonic_reflection::pb::v1alpha::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(V1alphaRequest::ListServices(String::new())),
+    };
+    let mut responses = client.server_reflection_info(tokio_stream::iter([request])).await.unwrap().into_inner();
+    let response = responses.next().await.expect("one answer").unwrap();
+    let Some(V1alphaResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("expected a service list: {response:?}");
+    };
+    let names: Vec<&str> = list.service.iter().map(|service| service.name.as_str()).collect();
+    for expected in [PAYMENTS, REPORTS, "grpc.health.v1.Health"] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+}
+
 type HealthStream = tonic::Streaming<tonic_health::pb::HealthCheckResponse>;
 
 async fn watch(addr: std::net::SocketAddr, service: &str) -> HealthStream {

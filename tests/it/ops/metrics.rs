@@ -59,6 +59,10 @@ async fn metrics_count_charge_outcomes() {
     let hits = series_value(&text, "chargeguard_outcome_cache_lookups_total{result=\"hit\"} ")
         .unwrap_or_else(|| panic!("no outcome cache hit series in:\n{text}"));
     assert!(hits >= 2.0, "hits: {hits}");
+    // Latencies are Prometheus histograms (buckets add up across replicas), not summaries.
+    assert!(text.contains("# TYPE chargeguard_provider_round_seconds histogram"), "{text}");
+    assert!(text.lines().any(|line| line.starts_with("chargeguard_provider_round_seconds_bucket{") && line.contains("le=\"0.005\"")), "{text}");
+    assert!(!text.contains("chargeguard_provider_round_seconds{") || !text.contains("quantile="), "no summary quantiles: {text}");
 }
 
 const WEBHOOK_SECRET: &str = "whsec_inbox_gauges_test";
