@@ -22,6 +22,10 @@ pub const GRPC_REQUEST_BYTES_DEFAULT: usize = 4 * 1024 * 1024;
 /// one request from holding a large share of memory while it is decoded.
 const GRPC_REQUEST_BYTES_RANGE: std::ops::RangeInclusive<usize> = 65_536..=64 * 1024 * 1024;
 
+/// Bounds of `server.grpc_metadata_bytes_max`: at least hyper's own 16 KiB; at most 1 MiB, since
+/// every stream of every connection may hold that much while its headers are read.
+const GRPC_METADATA_BYTES_RANGE: std::ops::RangeInclusive<u32> = 16_384..=1_048_576;
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -56,6 +60,10 @@ pub struct ServerConfig {
     /// Largest gRPC request message accepted (tonic's decode limit, set on every service);
     /// larger ones are refused with `request_too_large` before anything is read into a call.
     pub grpc_request_bytes_max: usize,
+    /// Largest HTTP/2 header list (gRPC metadata) a call may send. Up to it, odd or oversized
+    /// `authorization` metadata reaches the service and is answered UNAUTHENTICATED; beyond it,
+    /// HTTP/2 itself refuses the stream (431) or, for a header flood, the connection.
+    pub grpc_metadata_bytes_max: u32,
     /// How long shutdown waits for in-flight calls.
     pub shutdown_grace_ms: u64,
     /// PEM certificate chain of the server; with `tls_key_file`, the gRPC port (and the HTTP
@@ -383,6 +391,7 @@ impl Default for ServerConfig {
             concurrent_requests_max: 1024,
             // tonic's own default, now chosen rather than inherited.
             grpc_request_bytes_max: GRPC_REQUEST_BYTES_DEFAULT,
+            grpc_metadata_bytes_max: 65_536,
             shutdown_grace_ms: 20_000,
             tls_cert_file: None,
             tls_key_file: None,
@@ -541,6 +550,10 @@ impl Config {
         check(charge.outcome_cache_bytes_max <= 1 << 30, "charge.outcome_cache_bytes_max must be at most 1073741824 (1 GiB)");
         check(self.server.request_timeout_ms >= 1_000, "server.request_timeout_ms must be at least 1000");
         check(self.server.concurrent_requests_max >= 1, "server.concurrent_requests_max must be at least 1");
+        check(
+            GRPC_METADATA_BYTES_RANGE.contains(&self.server.grpc_metadata_bytes_max),
+            &format!("server.grpc_metadata_bytes_max must be {}-{}", GRPC_METADATA_BYTES_RANGE.start(), GRPC_METADATA_BYTES_RANGE.end()),
+        );
         check(
             GRPC_REQUEST_BYTES_RANGE.contains(&self.server.grpc_request_bytes_max),
             &format!(

@@ -242,6 +242,7 @@ impl Application {
         let grpc_router = tonic::transport::Server::builder()
             .timeout(Duration::from_millis(server.request_timeout_ms))
             .concurrency_limit_per_connection(server.concurrent_requests_max)
+            .http2_max_header_list_size(server.grpc_metadata_bytes_max)
             .layer(request_size_layer(request_bytes_max))
             .layer(undecodable_request_layer())
             .layer(limits)

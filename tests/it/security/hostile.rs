@@ -104,7 +104,8 @@ async fn random_and_bit_flipped_messages_and_malformed_webhooks_get_clear_answer
     messages.extend((0..FLIPPED_MESSAGES).map(|index| (bearer.clone(), flipped(&mut rng, index))));
     // Authorization metadata that is too long or not a bearer token, on a valid message.
     let valid = charge_request("hostile-authorization").encode_to_vec();
-    for authorization in ["Bearer ".to_owned() + &"t".repeat(4_096), "Basic b3JkZXJzOg==".to_owned(), "Bearer".to_owned(), "Bearer \t".to_owned()] {
+    // 40 KiB is over hyper's default header limit (16 KiB), under server.grpc_metadata_bytes_max.
+    for authorization in ["Bearer ".to_owned() + &"t".repeat(4_096), "Bearer ".to_owned() + &"u".repeat(40_000), "Basic b3JkZXJzOg==".to_owned(), "Bearer".to_owned(), "Bearer \t".to_owned()] {
         messages.push((authorization, valid.clone()));
     }
 
@@ -132,9 +133,15 @@ async fn random_and_bit_flipped_messages_and_malformed_webhooks_get_clear_answer
         };
         *codes.entry(key).or_default() += 1;
     }
-    println!("{} gRPC messages in {:?}: {codes:?}", RANDOM_MESSAGES + FLIPPED_MESSAGES + 4, started.elapsed());
+    println!("{} gRPC messages in {:?}: {codes:?}", RANDOM_MESSAGES + FLIPPED_MESSAGES + 5, started.elapsed());
     assert!(codes.keys().any(|code| code.contains("undecodable_request")), "some messages did not decode: {codes:?}");
     assert!(codes.keys().any(|code| code.starts_with("Unauthenticated")), "{codes:?}");
+    // Beyond server.grpc_metadata_bytes_max HTTP/2 refuses the headers before any service sees
+    // them (431 for the stream, or GOAWAY for a flood of CONTINUATION frames): that connection
+    // is refused, nothing is charged, and the server goes on serving everyone else (below).
+    let flood = crate::support::health::channel(app.grpc_addr).await.unwrap();
+    let beyond = raw_charge(flood, &("Bearer ".to_owned() + &"w".repeat(200_000)), charge_request("hostile-flood").encode_to_vec()).await;
+    assert!(beyond.is_err(), "200 KB of metadata is refused: {beyond:?}");
 
     // Webhooks: random bodies, random or missing signatures, and signed bodies that are not
     // events; each answered 4xx.
