@@ -22,6 +22,7 @@ fn options_of_config() -> BTreeMap<String, String> {
         name: String::new(),
         token_sha256: String::new().into(),
         client_cert_sha256: String::new().into(),
+        client_cert_names: vec![String::new()],
         ..ConsumerConfig::default()
     });
     config.operators.push(OperatorConfig {
@@ -52,6 +53,11 @@ fn walk(prefix: &str, value: &Value, options: &mut BTreeMap<String, String>) {
                 };
                 walk(&key, value, options);
             }
+        }
+        // A list of values is one option (`client_cert_names = ["…"]`); a list of tables
+        // (`[[consumers]]`) has options of its own.
+        Value::Array(items) if items.iter().all(|item| !item.is_object()) => {
+            options.insert(prefix.to_owned(), value.to_string());
         }
         Value::Array(items) => {
             for item in items {
