@@ -46,7 +46,7 @@ pub struct Core {
     store: Arc<dyn AttemptStore>,
     /// `None` on the embedded store.
     reporter: Option<Reporter>,
-    inbox: Option<Arc<dyn InboxStore>>,
+    inbox: Arc<dyn InboxStore>,
     /// The built-in simulator, when no provider key is configured; stopped after the servers.
     simulator: Option<SimulatorHandle>,
 }
@@ -79,10 +79,9 @@ impl Core {
             OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
             OpenedStore::Sqlite(_) => None,
         };
-        let inbox: Option<Arc<dyn InboxStore>> = match &opened {
-            OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
-            // The webhook inbox has a PostgreSQL implementation only.
-            OpenedStore::Sqlite(_) => None,
+        let inbox: Arc<dyn InboxStore> = match &opened {
+            OpenedStore::Postgres(postgres) => Arc::new(postgres.clone()),
+            OpenedStore::Sqlite(sqlite) => Arc::new(sqlite.clone()),
         };
         let store: Arc<dyn AttemptStore> = opened.into_store();
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig::from_config(&config.provider)?)?);
@@ -225,18 +224,13 @@ impl Application {
             }
         });
 
-        let webhooks = core.inbox.clone().map(|inbox| {
-            crate::webhook::Webhooks::new(
-                inbox,
-                core.orchestrator.clock().clone(),
-                core.config.webhook_settings(),
-                core.orchestrator.outcome_cache().clone(),
-            )
-        });
-        if webhooks.is_none() {
-            tracing::warn!("webhooks need PostgreSQL: POST /webhooks/stripe and the inbox worker are off on SQLite");
-        }
-        let webhook_jobs = webhooks.as_ref().map(|webhooks| webhooks.spawn_jobs(&shutdown)).unwrap_or_default();
+        let webhooks = crate::webhook::Webhooks::new(
+            core.inbox.clone(),
+            core.orchestrator.clock().clone(),
+            core.config.webhook_settings(),
+            core.orchestrator.outcome_cache().clone(),
+        );
+        let webhook_jobs = webhooks.spawn_jobs(&shutdown);
 
         let server = &core.config.server;
         let grpc_router = tonic::transport::Server::builder()
@@ -268,11 +262,9 @@ impl Application {
             )),
         };
         let mut http_router = crate::http::router(crate::http::HttpState { store: core.store.clone() }, metrics_addr.is_none());
-        if let Some(webhooks) = &webhooks {
-            // Signatures carry the sender's wall-clock time: checked against ours, not the
-            // business clock that tests move.
-            http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
-        }
+        // Signatures carry the sender's wall-clock time: checked against ours, not the business
+        // clock that tests move.
+        http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
         let http_router = crate::http::with_request_timeout(http_router, Duration::from_millis(server.http_request_timeout_ms));
         // Headers are bounded by the same time (hyper's header_read_timeout in http::serve).
         let http_request_timeout = Duration::from_millis(server.http_request_timeout_ms);
