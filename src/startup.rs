@@ -121,6 +121,11 @@ impl Application {
             None => None,
         };
         let (grpc_tls, http_tls) = load_tls(&config.server)?;
+        let mut core = core;
+        if let Some(simulator) = &core.simulator {
+            let http_addr = http_listener.local_addr().context("the HTTP listener's address")?;
+            deliver_simulator_webhooks_here(&mut core.config, simulator, http_addr, http_tls.is_some());
+        }
         Ok(Self { core, grpc_listener, http_listener, metrics_listener, grpc_tls, http_tls, shutdown: CancellationToken::new() })
     }
 
@@ -389,6 +394,38 @@ async fn start_embedded_simulator(config: &mut Config) -> anyhow::Result<Option<
         simulator.base_url()
     );
     Ok(Some(simulator))
+}
+
+/// In the first run (the built-in simulator, no provider key), the simulator's webhooks go to
+/// this server's own `POST /webhooks/stripe`, signed with a secret generated now, held in memory
+/// only (never logged, never written) and added to `webhooks.secrets`: a 3-D Secure payment
+/// authenticated at the simulator, or a `processing` one settling, completes by webhook as in
+/// production, not at the next sweep. Not over a TLS HTTP port, whose certificate the
+/// simulator's client would have to trust.
+fn deliver_simulator_webhooks_here(config: &mut Config, simulator: &SimulatorHandle, http_addr: SocketAddr, http_tls: bool) {
+    if http_tls {
+        tracing::info!("the built-in simulator's webhooks are not delivered: the HTTP port speaks TLS");
+        return;
+    }
+    // A wildcard listen address is reached on loopback, of the same family.
+    let ip = match http_addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    let url = format!("http://{}{}", SocketAddr::new(ip, http_addr.port()), crate::webhook::route::PATH);
+    let secret = generated_webhook_secret();
+    simulator.set_webhook_target(Some(crate::simulator::WebhookTarget { url: url.clone(), secret: secret.expose().to_owned() }));
+    config.webhooks.secrets.push(secret);
+    tracing::info!(%url, "the built-in simulator delivers its webhooks to {url}, signed with a secret generated at start");
+}
+
+/// `whsec_` and 32 bytes from the operating system's random source, hex-encoded.
+fn generated_webhook_secret() -> Secret {
+    use rand::RngCore;
+    let mut bytes = [0_u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    Secret::new(format!("whsec_{}", hex::encode(bytes)))
 }
 
 /// With no consumers configured and only the built-in simulator to charge, authenticates the
