@@ -571,3 +571,43 @@ fn inbox_event_from_row(row: &SqliteRow) -> Result<InboxEvent, StoreError> {
         event_id,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::sqlite::SqliteStoreOptions;
+
+    #[tokio::test]
+    async fn the_claim_and_the_gauges_read_only_unprocessed_rows_through_their_partial_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteStoreOptions {
+            connections_max: 1,
+            acquire_timeout: Duration::from_secs(5),
+            busy_timeout: Duration::from_secs(5),
+        };
+        let store = SqliteStore::open(SqliteStore::file(&dir.path().join("unit.sqlite")), &options)
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        for statement in [
+            "EXPLAIN QUERY PLAN SELECT event_id FROM webhook_inbox
+             WHERE processed_at IS NULL AND (claim_expires_at IS NULL OR claim_expires_at <= ?1)
+             ORDER BY received_at, event_id LIMIT 10",
+            "EXPLAIN QUERY PLAN SELECT count(*), min(received_at) FROM webhook_inbox
+             WHERE processed_at IS NULL AND ?1 IS NOT NULL",
+        ] {
+            let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(statement)
+                .bind(0_i64)
+                .fetch_all(store.pool())
+                .await
+                .unwrap();
+            let details: Vec<&str> = plan.iter().map(|(_, _, _, detail)| detail.as_str()).collect();
+            assert!(
+                details.iter().any(|detail| detail.contains("webhook_inbox_unprocessed")),
+                "{statement}: {details:?}"
+            );
+        }
+    }
+}
