@@ -46,7 +46,7 @@ pub struct Core {
     store: Arc<dyn AttemptStore>,
     /// `None` on the embedded store.
     reporter: Option<Reporter>,
-    inbox: Option<Arc<dyn InboxStore>>,
+    inbox: Arc<dyn InboxStore>,
     /// The built-in simulator, when no provider key is configured; stopped after the servers.
     simulator: Option<SimulatorHandle>,
 }
@@ -79,10 +79,9 @@ impl Core {
             OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
             OpenedStore::Sqlite(_) => None,
         };
-        let inbox: Option<Arc<dyn InboxStore>> = match &opened {
-            OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
-            // The webhook inbox has a PostgreSQL implementation only.
-            OpenedStore::Sqlite(_) => None,
+        let inbox: Arc<dyn InboxStore> = match &opened {
+            OpenedStore::Postgres(postgres) => Arc::new(postgres.clone()),
+            OpenedStore::Sqlite(sqlite) => Arc::new(sqlite.clone()),
         };
         let store: Arc<dyn AttemptStore> = opened.into_store();
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig::from_config(&config.provider)?)?);
@@ -122,6 +121,11 @@ impl Application {
             None => None,
         };
         let (grpc_tls, http_tls) = load_tls(&config.server)?;
+        let mut core = core;
+        if let Some(simulator) = &core.simulator {
+            let http_addr = http_listener.local_addr().context("the HTTP listener's address")?;
+            deliver_simulator_webhooks_here(&mut core.config, simulator, http_addr, http_tls.is_some());
+        }
         Ok(Self { core, grpc_listener, http_listener, metrics_listener, grpc_tls, http_tls, shutdown: CancellationToken::new() })
     }
 
@@ -225,18 +229,13 @@ impl Application {
             }
         });
 
-        let webhooks = core.inbox.clone().map(|inbox| {
-            crate::webhook::Webhooks::new(
-                inbox,
-                core.orchestrator.clock().clone(),
-                core.config.webhook_settings(),
-                core.orchestrator.outcome_cache().clone(),
-            )
-        });
-        if webhooks.is_none() {
-            tracing::warn!("webhooks need PostgreSQL: POST /webhooks/stripe and the inbox worker are off on SQLite");
-        }
-        let webhook_jobs = webhooks.as_ref().map(|webhooks| webhooks.spawn_jobs(&shutdown)).unwrap_or_default();
+        let webhooks = crate::webhook::Webhooks::new(
+            core.inbox.clone(),
+            core.orchestrator.clock().clone(),
+            core.config.webhook_settings(),
+            core.orchestrator.outcome_cache().clone(),
+        );
+        let webhook_jobs = webhooks.spawn_jobs(&shutdown);
 
         let server = &core.config.server;
         let grpc_router = tonic::transport::Server::builder()
@@ -268,11 +267,9 @@ impl Application {
             )),
         };
         let mut http_router = crate::http::router(crate::http::HttpState { store: core.store.clone() }, metrics_addr.is_none());
-        if let Some(webhooks) = &webhooks {
-            // Signatures carry the sender's wall-clock time: checked against ours, not the
-            // business clock that tests move.
-            http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
-        }
+        // Signatures carry the sender's wall-clock time: checked against ours, not the business
+        // clock that tests move.
+        http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
         let http_router = crate::http::with_request_timeout(http_router, Duration::from_millis(server.http_request_timeout_ms));
         // Headers are bounded by the same time (hyper's header_read_timeout in http::serve).
         let http_request_timeout = Duration::from_millis(server.http_request_timeout_ms);
@@ -402,6 +399,38 @@ async fn start_embedded_simulator(config: &mut Config) -> anyhow::Result<Option<
         simulator.base_url()
     );
     Ok(Some(simulator))
+}
+
+/// In the first run (the built-in simulator, no provider key), the simulator's webhooks go to
+/// this server's own `POST /webhooks/stripe`, signed with a secret generated now, held in memory
+/// only (never logged, never written) and added to `webhooks.secrets`: a 3-D Secure payment
+/// authenticated at the simulator, or a `processing` one settling, completes by webhook as in
+/// production, not at the next sweep. Not over a TLS HTTP port, whose certificate the
+/// simulator's client would have to trust.
+fn deliver_simulator_webhooks_here(config: &mut Config, simulator: &SimulatorHandle, http_addr: SocketAddr, http_tls: bool) {
+    if http_tls {
+        tracing::info!("the built-in simulator's webhooks are not delivered: the HTTP port speaks TLS");
+        return;
+    }
+    // A wildcard listen address is reached on loopback, of the same family.
+    let ip = match http_addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    let url = format!("http://{}{}", SocketAddr::new(ip, http_addr.port()), crate::webhook::route::PATH);
+    let secret = generated_webhook_secret();
+    simulator.set_webhook_target(Some(crate::simulator::WebhookTarget { url: url.clone(), secret: secret.expose().to_owned() }));
+    config.webhooks.secrets.push(secret);
+    tracing::info!(%url, "the built-in simulator delivers its webhooks to {url}, signed with a secret generated at start");
+}
+
+/// `whsec_` and 32 bytes from the operating system's random source, hex-encoded.
+fn generated_webhook_secret() -> Secret {
+    use rand::RngCore;
+    let mut bytes = [0_u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    Secret::new(format!("whsec_{}", hex::encode(bytes)))
 }
 
 /// With no consumers configured and only the built-in simulator to charge, authenticates the

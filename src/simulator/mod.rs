@@ -178,6 +178,7 @@ pub struct SimulatorHandle {
     local_addr: SocketAddr,
     shutdown: tokio_util::sync::CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    webhooks: Arc<webhooks::Webhooks>,
 }
 
 impl fmt::Debug for SimulatorHandle {
@@ -200,6 +201,13 @@ impl SimulatorHandle {
 
     pub fn control(&self) -> SimControl {
         SimControl::new(self.base_url())
+    }
+
+    /// Delivers this simulator's webhooks to `target` from now on (`None`: to nobody), set in
+    /// process: the secret never crosses a socket (the first run points the built-in simulator
+    /// at the server's own endpoint this way).
+    pub fn set_webhook_target(&self, target: Option<WebhookTarget>) {
+        self.webhooks.set_target(target);
     }
 
     /// Stops accepting, closes open connections and stops webhook delivery.
@@ -244,5 +252,6 @@ pub async fn spawn(
         local_addr,
         shutdown,
         tasks,
+        webhooks: app.webhooks.clone(),
     })
 }

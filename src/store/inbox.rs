@@ -1,6 +1,7 @@
 //! Storage of provider events (`webhook_inbox`, `webhook_dedup`): the durable inbox between the
 //! webhook endpoint, which only verifies and stores, and the worker, which applies events to
-//! attempts at its own pace. Implemented for PostgreSQL in `postgres_inbox.rs`.
+//! attempts at its own pace. Implemented for PostgreSQL in `postgres_inbox.rs` and for the embedded
+//! SQLite store in `sqlite_inbox.rs`, with the same guarantees.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};

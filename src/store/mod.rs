@@ -10,6 +10,7 @@ mod postgres_inbox;
 mod postgres_refund;
 mod row;
 pub mod sqlite;
+mod sqlite_inbox;
 mod sqlite_refund;
 pub mod postgres_bench;
 mod postgres_report;

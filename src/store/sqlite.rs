@@ -49,14 +49,23 @@ const DATABASE_NOW_3: &str = database_now!("3");
 const DATABASE_NOW_14: &str = database_now!("14");
 const DATABASE_NOW_15: &str = database_now!("15");
 
-/// PostgreSQL's `append_review_reason(review_reason, ?10)` (migration 20261203140001), inline:
-/// the new reason after the earlier ones, never twice, the whole under 8192 characters.
-const APPEND_REVIEW_REASON_10: &str = "CASE
-    WHEN ?10 IS NULL OR ?10 = '' THEN review_reason
-    WHEN review_reason IS NULL OR review_reason = '' THEN substr(?10, 1, 8192)
-    WHEN instr(review_reason, ?10) > 0 THEN review_reason
-    WHEN length(review_reason) + 2 + length(?10) > 8192 THEN review_reason
-    ELSE review_reason || '; ' || ?10 END";
+/// PostgreSQL's `append_review_reason(review_reason, ?N)` (migration 20261203140001), inline,
+/// with the reason bound as ?N: the new reason after the earlier ones, never twice, the whole
+/// under 8192 characters.
+macro_rules! append_review_reason {
+    ($parameter:literal) => {
+        concat!(
+            "CASE
+    WHEN ?", $parameter, " IS NULL OR ?", $parameter, " = '' THEN review_reason
+    WHEN review_reason IS NULL OR review_reason = '' THEN substr(?", $parameter, ", 1, 8192)
+    WHEN instr(review_reason, ?", $parameter, ") > 0 THEN review_reason
+    WHEN length(review_reason) + 2 + length(?", $parameter, ") > 8192 THEN review_reason
+    ELSE review_reason || '; ' || ?", $parameter, " END"
+        )
+    };
+}
+pub(super) use append_review_reason;
+const APPEND_REVIEW_REASON_10: &str = append_review_reason!("10");
 
 /// The SET of a statement that takes a lease: ?2 owner, ?3 the shift, ?4 duration and ?5 the
 /// key window's safe length (microseconds). A lease taken while the key is young enough to be
@@ -155,13 +164,13 @@ pub(super) fn unavailable(error: sqlx::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
-fn micros(instant: DateTime<Utc>) -> i64 {
+pub(super) fn micros(instant: DateTime<Utc>) -> i64 {
     instant.timestamp_micros()
 }
 
 /// Statuses as a JSON array, for `status IN (SELECT value FROM json_each(?))`: SQLite has no
 /// array parameters, and the set depends on the target status.
-fn status_list(statuses: &[AttemptStatus]) -> String {
+pub(super) fn status_list(statuses: &[AttemptStatus]) -> String {
     let names: Vec<&str> = statuses.iter().map(|status| status.as_str()).collect();
     serde_json::to_string(&names).expect("a list of strings serializes")
 }
@@ -613,7 +622,7 @@ impl AttemptStore for SqliteStore {
     }
 }
 
-fn instant_from_micros(value: i64) -> Result<DateTime<Utc>, ColumnError> {
+pub(super) fn instant_from_micros(value: i64) -> Result<DateTime<Utc>, ColumnError> {
     DateTime::from_timestamp_micros(value)
         .ok_or_else(|| format!("{value} microseconds is out of range").into())
 }

@@ -1,8 +1,10 @@
 //! Checks of the embedded SQLite default that the shared behaviour tests do not make: writers
 //! contending for SQLite's one write lock through a small pool, the record surviving a restart
-//! of the service on the same file, and a clean stop leaving only that file.
+//! of the service on the same file, a clean stop leaving only that file, and the first run's
+//! built-in simulator delivering its webhooks to the server's own endpoint.
 
 use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use chargeguard::grpc::proto::{AttemptStatus, ChargeOutcome};
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
@@ -149,4 +151,42 @@ async fn a_clean_stop_leaves_no_write_ahead_log_behind() {
     let database = app.stop_keeping_database().await;
     assert!(!wal.exists(), "the log was checkpointed into {} and removed", path.display());
     assert_eq!(database.attempt_rows().await, 1, "the charge is in the database file");
+}
+
+/// The first run (no `provider.api_key`: the built-in simulator) with the sweep off: a 3-D Secure
+/// payment authenticated at the built-in simulator (its redirect URL, as the customer opens it)
+/// is `succeeded` within 2 s, completed by the simulator's webhook through the server's own
+/// endpoint under a secret generated at start — none is configured here.
+#[tokio::test]
+async fn in_the_first_run_a_3ds_payment_authenticated_at_the_built_in_simulator_completes_by_webhook() {
+    let app = TestApp::spawn_backend_with(Backend::Sqlite, |config| {
+        config.provider.api_key = None;
+        config.provider.base_url = None;
+        config.webhooks.secrets.clear();
+        assert!(!config.sweep.enabled, "no sweep: only a webhook can complete the payment");
+    })
+    .await;
+    let mut request = charge_request("order-first-run-3ds");
+    request.payment_method = "pm_card_threeDSecure2Required".into();
+    let response = app.charge(request).await.unwrap();
+    assert_eq!(status_of(&response), AttemptStatus::RequiresAction);
+    let redirect_url = response.attempt.unwrap().next_action.unwrap().redirect_url;
+    assert!(
+        !redirect_url.starts_with(&app.simulator.base_url()),
+        "charged at the built-in simulator, not the test's: {redirect_url}"
+    );
+
+    let authenticated = reqwest::get(&redirect_url).await.unwrap();
+    assert!(authenticated.status().is_success(), "{}", authenticated.status());
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let attempt = loop {
+        let attempt = app.attempt_of("order-first-run-3ds").await;
+        if AttemptStatus::try_from(attempt.status).unwrap() == AttemptStatus::Succeeded {
+            break attempt;
+        }
+        assert!(Instant::now() < deadline, "still {:?} 2 s after authentication", attempt.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(attempt.provider_calls, 1, "the webhook, not a provider call, completed it");
+    assert!(attempt.next_action.is_none(), "nothing left for the customer to do");
 }

@@ -1,6 +1,8 @@
-//! Webhooks (issue 5, SEMANTICS.md invariants 2, 8, 9) through the real HTTP server, real
-//! PostgreSQL and the simulator's webhook sender. The application's own background worker is
-//! idle here (a long interval): each test drives `try_drain_once` / `try_prune_once` itself.
+//! Webhooks (issue 5, SEMANTICS.md invariants 2, 8, 9) through the real HTTP server, a real
+//! database and the simulator's webhook sender. Every behaviour test runs on both stores
+//! (`webhooks::postgres::…`, `webhooks::sqlite::…`, issue 17). The application's own background
+//! worker is idle here (a long interval): each test drives `try_drain_once` / `try_prune_once`
+//! itself.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,9 +12,10 @@ use chargeguard::grpc::proto;
 use chargeguard::grpc::proto::{AttemptStatus, ChargeOutcome};
 use chargeguard::secret::Secret;
 use chargeguard::simulator::{AuthenticationOutcome, Endpoint, FaultKind, FaultSpec, WebhookMode};
-use chargeguard::store::PostgresStore;
-use chargeguard::store::inbox::{Claim, ClaimOwner, InboxOutcome, InboxStore, SettleEvent};
 use chargeguard::store::postgres::PostgresPoolOptions;
+use chargeguard::store::sqlite::SqliteStoreOptions;
+use chargeguard::store::{PostgresStore, SqliteStore};
+use chargeguard::store::inbox::{Claim, ClaimOwner, InboxOutcome, InboxStore, SettleEvent};
 use chargeguard::webhook::decision;
 use chargeguard::webhook::event::{Subject, parse_subject};
 use chargeguard::webhook::signature::sign;
@@ -23,7 +26,8 @@ use chargeguard::webhook::{
 use tonic::Code;
 
 use crate::support::{
-    Backend, SIM_API_KEY, TestApp, charge_request, error_code, outcome_of, status_of,
+    Backend, SIM_API_KEY, TestApp, charge_request, error_code, on_both_backends, outcome_of,
+    status_of,
 };
 
 pub(crate) const SECRET: &str = "whsec_chargeguard_it";
@@ -32,21 +36,53 @@ const CLAIM: Duration = Duration::from_secs(60);
 /// Bound on drain passes in one test: far more than any test's events.
 const DRAINS_MAX: usize = 100;
 
+/// The test's own connections to the app's database, for statements only a test makes.
+pub(crate) enum InboxDatabase {
+    Postgres(PostgresStore),
+    Sqlite(SqliteStore),
+}
+
+/// Runs `$body` with `$pool` bound to the test's pool of either store: the same SQL (portable,
+/// `$N` parameters, which SQLite reads too) against either database.
+macro_rules! on_pool {
+    ($hooked:expr, |$pool:ident| $body:expr) => {
+        match &$hooked.database {
+            $crate::webhooks::InboxDatabase::Postgres(store) => {
+                let $pool = store.pool();
+                $body
+            }
+            $crate::webhooks::InboxDatabase::Sqlite(store) => {
+                let $pool = store.pool();
+                $body
+            }
+        }
+    };
+}
+
 /// The app with webhooks on, the simulator sending to it, and a worker and a retention job of
 /// the test's own on the same database and clock.
 pub(crate) struct Hooked {
     pub(crate) app: TestApp,
-    pub(crate) store: Arc<PostgresStore>,
+    pub(crate) store: Arc<dyn InboxStore>,
+    pub(crate) database: InboxDatabase,
     pub(crate) worker: InboxWorker,
 }
 
 impl Hooked {
+    /// On PostgreSQL.
     pub(crate) async fn spawn() -> Self {
-        Self::spawn_with(|_| {}).await
+        Self::spawn_on(Backend::Postgres).await
     }
 
-    pub(crate) async fn spawn_with(customize: impl FnOnce(&mut chargeguard::config::Config)) -> Self {
-        let app = TestApp::spawn_with(|config| {
+    pub(crate) async fn spawn_on(backend: Backend) -> Self {
+        Self::spawn_backend_with(backend, |_| {}).await
+    }
+
+    pub(crate) async fn spawn_backend_with(
+        backend: Backend,
+        customize: impl FnOnce(&mut chargeguard::config::Config),
+    ) -> Self {
+        let app = TestApp::spawn_backend_with(backend, |config| {
             config.webhooks.secrets = vec![Secret::new(OLD_SECRET), Secret::new(SECRET)];
             config.webhooks.worker_interval_ms = 3_600_000;
             config.webhooks.retention_interval_ms = 86_400_000;
@@ -57,18 +93,9 @@ impl Hooked {
             .set_webhook_target(format!("http://{}/webhooks/stripe", app.http_addr), SECRET)
             .await
             .unwrap();
-        let store = Arc::new(store_of(&app));
-        let worker = InboxWorker::new(
-            store.clone(),
-            app.clock.clone(),
-            WorkerSettings {
-                batch_max: 100,
-                claim_duration: CLAIM,
-                interval: Duration::from_secs(3_600),
-            },
-            app.orchestrator.outcome_cache().clone(),
-        );
-        Self { app, store, worker }
+        let (store, database) = store_of(&app).await;
+        let worker = worker_on(&app, store.clone(), 100);
+        Self { app, store, database, worker }
     }
 
     fn retention(&self, batch_max: u32) -> Retention {
@@ -132,10 +159,12 @@ impl Hooked {
 
     /// (event id, event type, outcome) of every inbox row, oldest first.
     pub(crate) async fn inbox(&self) -> Vec<(String, String, Option<String>)> {
-        sqlx::query_as("SELECT event_id, event_type, outcome FROM webhook_inbox ORDER BY received_at, event_id")
-            .fetch_all(self.store.pool())
-            .await
-            .unwrap()
+        on_pool!(self, |pool| {
+            sqlx::query_as("SELECT event_id, event_type, outcome FROM webhook_inbox ORDER BY received_at, event_id")
+                .fetch_all(pool)
+                .await
+                .unwrap()
+        })
     }
 
     pub(crate) async fn post(&self, body: &str, signature: Option<String>) -> reqwest::StatusCode {
@@ -150,13 +179,42 @@ impl Hooked {
     }
 }
 
-fn store_of(app: &TestApp) -> PostgresStore {
-    let options = PostgresPoolOptions {
-        connections_max: 4,
-        acquire_timeout: Duration::from_secs(5),
-        statement_timeout: Duration::from_secs(5),
-    };
-    PostgresStore::connect_lazy(&app.database.url, &options).unwrap()
+/// A store of the test's own on the app's database (its own pool, as another replica's).
+async fn store_of(app: &TestApp) -> (Arc<dyn InboxStore>, InboxDatabase) {
+    match app.database.sqlite_path() {
+        None => {
+            let options = PostgresPoolOptions {
+                connections_max: 4,
+                acquire_timeout: Duration::from_secs(5),
+                statement_timeout: Duration::from_secs(5),
+            };
+            let store = PostgresStore::connect_lazy(&app.database.url, &options).unwrap();
+            (Arc::new(store.clone()), InboxDatabase::Postgres(store))
+        }
+        Some(path) => {
+            let options = SqliteStoreOptions {
+                connections_max: 4,
+                acquire_timeout: Duration::from_secs(5),
+                busy_timeout: Duration::from_secs(5),
+            };
+            let store = SqliteStore::open(SqliteStore::file(&path), &options).await.unwrap();
+            (Arc::new(store.clone()), InboxDatabase::Sqlite(store))
+        }
+    }
+}
+
+/// A worker of the test's own on `store`, claiming `batch_max` events at a time.
+fn worker_on(app: &TestApp, store: Arc<dyn InboxStore>, batch_max: u32) -> InboxWorker {
+    InboxWorker::new(
+        store,
+        app.clock.clone(),
+        WorkerSettings {
+            batch_max,
+            claim_duration: CLAIM,
+            interval: Duration::from_secs(3_600),
+        },
+        app.orchestrator.outcome_cache().clone(),
+    )
 }
 
 pub(crate) fn outcomes(settled: &[SettledEvent], event_type: &str) -> Vec<InboxOutcome> {
@@ -215,9 +273,8 @@ async fn charge_with_lost_answer(hooked: &Hooked, operation_key: &str) -> proto:
     attempt
 }
 
-#[tokio::test]
-async fn a_charge_left_pending_by_a_lost_answer_is_completed_by_its_webhook() {
-    let hooked = Hooked::spawn().await;
+async fn a_charge_left_pending_by_a_lost_answer_is_completed_by_its_webhook(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     hooked.lose_create_answers(1).await;
     charge_with_lost_answer(&hooked, "order-wh-1").await;
 
@@ -252,9 +309,8 @@ async fn a_charge_left_pending_by_a_lost_answer_is_completed_by_its_webhook() {
     );
 }
 
-#[tokio::test]
-async fn the_same_event_delivered_twice_is_stored_once_and_applied_once() {
-    let hooked = Hooked::spawn().await;
+async fn the_same_event_delivered_twice_is_stored_once_and_applied_once(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     hooked
         .app
         .sim()
@@ -297,9 +353,8 @@ async fn the_same_event_delivered_twice_is_stored_once_and_applied_once() {
     );
 }
 
-#[tokio::test]
-async fn two_distinct_events_for_one_change_apply_once() {
-    let hooked = Hooked::spawn().await;
+async fn two_distinct_events_for_one_change_apply_once(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     hooked
         .app
         .sim()
@@ -327,11 +382,12 @@ async fn two_distinct_events_for_one_change_apply_once() {
         status(&hooked.app.attempt_of("order-wh-3").await),
         AttemptStatus::Succeeded
     );
-    let detail: (String,) =
+    let detail: (String,) = on_pool!(hooked, |pool| {
         sqlx::query_as("SELECT detail FROM webhook_inbox WHERE outcome = 'duplicate'")
-            .fetch_one(hooked.store.pool())
+            .fetch_one(pool)
             .await
-            .unwrap();
+            .unwrap()
+    });
     assert!(detail.0.starts_with("duplicate of evt_"), "{}", detail.0);
 }
 
@@ -386,9 +442,8 @@ async fn record(
     axum::http::StatusCode::OK
 }
 
-#[tokio::test]
-async fn a_processing_event_after_success_never_moves_the_attempt_backwards() {
-    let hooked = Hooked::spawn().await;
+async fn a_processing_event_after_success_never_moves_the_attempt_backwards(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     // The processing event goes to a recorder first, so chargeguard sees it only after success.
     let (recorder, recorder_url) = Recorder::start().await;
     hooked
@@ -464,9 +519,8 @@ async fn a_processing_event_after_success_never_moves_the_attempt_backwards() {
     );
 }
 
-#[tokio::test]
-async fn forged_stale_and_oversized_requests_are_rejected_and_nothing_is_stored() {
-    let hooked = Hooked::spawn_with(|config| config.webhooks.body_bytes_max = 4_096).await;
+async fn forged_stale_and_oversized_requests_are_rejected_and_nothing_is_stored(backend: Backend) {
+    let hooked = Hooked::spawn_backend_with(backend, |config| config.webhooks.body_bytes_max = 4_096).await;
     let body = intent_event(
         "evt_signed",
         "payment_intent.succeeded",
@@ -551,9 +605,8 @@ async fn forged_stale_and_oversized_requests_are_rejected_and_nothing_is_stored(
     assert_eq!(hooked.inbox().await.len(), 2);
 }
 
-#[tokio::test]
-async fn a_payment_that_settles_later_is_completed_by_its_webhook() {
-    let hooked = Hooked::spawn().await;
+async fn a_payment_that_settles_later_is_completed_by_its_webhook(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let mut request = charge_request("order-wh-5");
     request.payment_method = "pm_sim_processing_succeeds".into();
     let response = hooked.app.charge(request).await.unwrap();
@@ -583,9 +636,8 @@ async fn a_payment_that_settles_later_is_completed_by_its_webhook() {
     );
 }
 
-#[tokio::test]
-async fn three_d_secure_completed_by_the_customer_is_applied_by_its_webhook() {
-    let hooked = Hooked::spawn().await;
+async fn three_d_secure_completed_by_the_customer_is_applied_by_its_webhook(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let mut request = charge_request("order-wh-6");
     request.payment_method = "pm_card_threeDSecure2Required".into();
     let response = hooked.app.charge(request).await.unwrap();
@@ -616,9 +668,8 @@ async fn three_d_secure_completed_by_the_customer_is_applied_by_its_webhook() {
     );
 }
 
-#[tokio::test]
-async fn a_refund_made_outside_chargeguard_is_kept_as_an_unknown_object_and_counted() {
-    let hooked = Hooked::spawn().await;
+async fn a_refund_made_outside_chargeguard_is_kept_as_an_unknown_object_and_counted(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let paid = hooked
         .app
         .charge(charge_request("order-wh-7"))
@@ -674,9 +725,8 @@ async fn a_refund_made_outside_chargeguard_is_kept_as_an_unknown_object_and_coun
     }
 }
 
-#[tokio::test]
-async fn an_event_for_a_second_object_flags_the_attempt_and_changes_nothing_else() {
-    let hooked = Hooked::spawn().await;
+async fn an_event_for_a_second_object_flags_the_attempt_and_changes_nothing_else(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let paid = hooked
         .app
         .charge(charge_request("order-wh-8"))
@@ -719,10 +769,9 @@ async fn an_event_for_a_second_object_flags_the_attempt_and_changes_nothing_else
     );
 }
 
-#[tokio::test]
-async fn a_flag_from_a_webhook_reaches_the_next_duplicate_at_once() {
+async fn a_flag_from_a_webhook_reaches_the_next_duplicate_at_once(backend: Backend) {
     // Decided outcomes are remembered far longer than this test runs.
-    let hooked = Hooked::spawn_with(|config| config.charge.outcome_cache_ttl_ms = 600_000).await;
+    let hooked = Hooked::spawn_backend_with(backend, |config| config.charge.outcome_cache_ttl_ms = 600_000).await;
     let paid = hooked.app.charge(charge_request("order-wh-cache")).await.unwrap().attempt.unwrap();
     let remembered = hooked.app.charge(charge_request("order-wh-cache")).await.unwrap();
     assert_eq!(remembered.attempt.as_ref(), Some(&paid));
@@ -741,9 +790,8 @@ async fn a_flag_from_a_webhook_reaches_the_next_duplicate_at_once() {
     assert_eq!(attempt.provider_payment_id, paid.provider_payment_id);
 }
 
-#[tokio::test]
-async fn pruning_deletes_only_processed_events_older_than_the_retention_in_batches() {
-    let hooked = Hooked::spawn().await;
+async fn pruning_deletes_only_processed_events_older_than_the_retention_in_batches(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let day = chrono::Duration::days(1);
     // An event a worker claimed and never settled: unprocessed rows are kept however old.
     hooked
@@ -825,119 +873,73 @@ async fn pruning_deletes_only_processed_events_older_than_the_retention_in_batch
     );
 }
 
-/// A real `chargeguard serve` process drains the inbox and is killed by a crash point after the
-/// first event of its batch; the next worker finds the rest claimed until the claim expires,
-/// then finishes the batch. Every event is settled exactly once.
-#[cfg(feature = "failpoints")]
-#[tokio::test]
-async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_batch() {
-    let hooked = Hooked::spawn().await;
-    hooked.lose_create_answers(3).await;
-    for index in 0..3 {
-        charge_with_lost_answer(&hooked, &format!("order-crash-{index}")).await;
+/// Two workers in one process drain one inbox at once (issue 17's guarantee on SQLite, checked
+/// on both stores). Claims taken concurrently never share an event; after those claims expire,
+/// two workers drain concurrently, and each event is applied exactly once.
+async fn two_workers_in_one_process_drain_one_inbox_and_each_event_is_applied_once(backend: Backend) {
+    const CHARGES: usize = 6;
+    let hooked = Hooked::spawn_on(backend).await;
+    hooked.lose_create_answers(CHARGES as u32).await;
+    for index in 0..CHARGES {
+        charge_with_lost_answer(&hooked, &format!("order-two-workers-{index}")).await;
     }
     hooked.flush().await;
-    assert_eq!(hooked.inbox().await.len(), 3);
+    assert_eq!(hooked.inbox().await.len(), CHARGES);
 
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
-        .arg("serve")
-        .env("CHARGEGUARD_DATABASE__URL", &hooked.app.database.url)
-        .env("CHARGEGUARD_PROVIDER__API_KEY", SIM_API_KEY)
-        .env(
-            "CHARGEGUARD_PROVIDER__BASE_URL",
-            hooked.app.simulator.base_url(),
-        )
-        .env("CHARGEGUARD_SERVER__GRPC_LISTEN", "127.0.0.1:0")
-        .env("CHARGEGUARD_SERVER__HTTP_LISTEN", "127.0.0.1:0")
-        .env("CHARGEGUARD_SWEEP__ENABLED", "false")
-        .env("CHARGEGUARD_WEBHOOKS__WORKER_INTERVAL_MS", "50")
-        .env(
-            "CHARGEGUARD_WEBHOOKS__WORKER_CLAIM_MS",
-            CLAIM.as_millis().to_string(),
-        )
-        .env("FAILPOINTS", "webhook.mid_batch=return")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("chargeguard serve starts");
-    // A bound, not a timing assumption: the child crashes at its first drain, 50 ms after start.
-    let exit = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .expect("the worker crashed")
-        .unwrap();
-    assert_eq!(exit.code(), Some(chargeguard::failpoints::CRASH_EXIT_CODE));
+    // Two claims at once, each asking for more than half: they split the inbox between them.
+    let now = hooked.app.clock.now();
+    let claim = || Claim { owner: ClaimOwner::new(), expires_at: now + chrono::Duration::from_std(CLAIM).unwrap() };
+    let (first, second) = tokio::join!(
+        hooked.store.claim_events(claim(), now, 4),
+        hooked.store.claim_events(claim(), now, 4)
+    );
+    let mut claimed: Vec<String> =
+        first.unwrap().into_iter().chain(second.unwrap()).map(|event| event.event_id).collect();
+    claimed.sort();
+    claimed.dedup();
+    assert_eq!(claimed.len(), CHARGES, "every event claimed once, none twice");
 
-    let rows: Vec<(String, Option<String>, bool)> =
-        sqlx::query_as("SELECT event_id, outcome, claim_owner IS NOT NULL FROM webhook_inbox ORDER BY received_at, event_id")
-            .fetch_all(hooked.store.pool())
-            .await
-            .unwrap();
-    let settled_by_child: Vec<_> = rows
-        .iter()
-        .filter(|(_, outcome, _)| outcome.is_some())
-        .collect();
-    assert_eq!(
-        settled_by_child.len(),
-        1,
-        "killed after settling one event: {rows:?}"
-    );
-    assert_eq!(settled_by_child[0].1.as_deref(), Some("applied"));
-    assert_eq!(
-        rows.iter()
-            .filter(|(_, outcome, claimed)| outcome.is_none() && *claimed)
-            .count(),
-        2,
-        "the rest still claimed by the dead worker"
-    );
-
-    // While the dead worker's claim runs, nobody takes its rows.
-    assert_eq!(
-        hooked.worker.try_drain_once().await.unwrap(),
-        DrainOutcome::EmptyInbox
-    );
-    hooked
-        .app
-        .clock
-        .advance(chrono::Duration::from_std(CLAIM).unwrap() + chrono::Duration::seconds(1));
-    let settled = hooked.drain().await;
-    assert_eq!(
-        outcomes(&settled, "payment_intent.succeeded"),
-        [InboxOutcome::Applied, InboxOutcome::Applied]
-    );
-    assert!(
-        settled.iter().all(|s| s.event_id != settled_by_child[0].0),
-        "the settled event is not settled again"
-    );
-
-    for index in 0..3 {
-        assert_eq!(
-            status(&hooked.app.attempt_of(&format!("order-crash-{index}")).await),
-            AttemptStatus::Succeeded
-        );
+    // Those claims expire unsettled (their holders "died"); two workers, batches of two, drain
+    // at once on the runtime's two threads.
+    hooked.app.clock.advance(chrono::Duration::from_std(CLAIM).unwrap() + chrono::Duration::seconds(1));
+    let drains = (0..2).map(|_| {
+        let worker = worker_on(&hooked.app, hooked.store.clone(), 2);
+        tokio::spawn(async move {
+            let mut settled = Vec::new();
+            for _ in 0..DRAINS_MAX {
+                match worker.try_drain_once().await.unwrap() {
+                    DrainOutcome::EmptyInbox => return settled,
+                    DrainOutcome::Batch(report) => {
+                        assert_eq!((report.claims_lost, report.unsettled), (0, 0), "{report:?}");
+                        settled.extend(report.settled);
+                    }
+                }
+            }
+            panic!("the inbox did not drain in {DRAINS_MAX} passes");
+        })
+    });
+    let mut settled = Vec::new();
+    for drain in drains.collect::<Vec<_>>() {
+        settled.extend(drain.await.unwrap());
     }
-    let claims: Vec<(i32,)> =
-        sqlx::query_as("SELECT claim_count FROM webhook_inbox WHERE event_id <> $1")
-            .bind(&settled_by_child[0].0)
-            .fetch_all(hooked.store.pool())
-            .await
-            .unwrap();
-    assert_eq!(
-        claims,
-        [(2,), (2,)],
-        "claimed by the dead worker, then by the next"
-    );
-    assert_eq!(
-        hooked
-            .app
-            .sim()
-            .ledger()
+    assert_eq!(settled.len(), CHARGES, "each event settled by one worker: {settled:?}");
+    let mut ids: Vec<&str> = settled.iter().map(|event| event.event_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), CHARGES, "no event settled twice");
+    assert!(settled.iter().all(|event| event.outcome == InboxOutcome::Applied), "{settled:?}");
+    let applied: (i64,) = on_pool!(hooked, |pool| {
+        sqlx::query_as("SELECT count(*) FROM webhook_inbox WHERE outcome = 'applied' AND claim_count = 2")
+            .fetch_one(pool)
             .await
             .unwrap()
-            .payment_intents
-            .len(),
-        3
-    );
+    });
+    assert_eq!(applied.0, CHARGES as i64, "claimed twice (the expired claim, then a worker), applied once");
+    for index in 0..CHARGES {
+        let attempt = hooked.app.attempt_of(&format!("order-two-workers-{index}")).await;
+        assert_eq!(status(&attempt), AttemptStatus::Succeeded);
+    }
+    assert_eq!(hooked.app.sim().ledger().await.unwrap().payment_intents.len(), CHARGES);
 }
 
 /// A signed post to the app's webhook endpoint.
@@ -962,9 +964,8 @@ async fn post_signed(app: &TestApp) -> reqwest::StatusCode {
         .status()
 }
 
-#[tokio::test]
-async fn without_a_signing_secret_the_endpoint_does_not_exist() {
-    let app = TestApp::spawn().await;
+async fn without_a_signing_secret_the_endpoint_does_not_exist(backend: Backend) {
+    let app = TestApp::spawn_backend(backend).await;
     assert_eq!(
         post_signed(&app).await,
         reqwest::StatusCode::NOT_FOUND,
@@ -972,30 +973,20 @@ async fn without_a_signing_secret_the_endpoint_does_not_exist() {
     );
 }
 
-#[tokio::test]
-async fn on_the_embedded_sqlite_store_webhooks_are_off() {
-    let app = TestApp::spawn_backend_with(Backend::Sqlite, |config| {
-        config.webhooks.secrets = vec![Secret::new(SECRET)];
-    })
-    .await;
-    assert_eq!(
-        post_signed(&app).await,
-        reqwest::StatusCode::NOT_FOUND,
-        "no inbox to store into"
-    );
-}
-
-#[tokio::test]
-async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others() {
-    let hooked = Hooked::spawn().await;
+async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     hooked.lose_create_answers(2).await;
     let broken = charge_with_lost_answer(&hooked, "order-wh-broken").await;
     charge_with_lost_answer(&hooked, "order-wh-fine").await;
-    sqlx::query("UPDATE payment_attempts SET currency = 'not a currency' WHERE id = $1::uuid")
-        .bind(&broken.attempt_id)
-        .execute(hooked.store.pool())
-        .await
-        .unwrap();
+    let broken_id: uuid::Uuid = broken.attempt_id.parse().unwrap();
+    on_pool!(hooked, |pool| {
+        sqlx::query("UPDATE payment_attempts SET currency = 'not a currency' WHERE id = $1")
+            .bind(broken_id)
+            .execute(pool)
+            .await
+            .unwrap()
+            .rows_affected()
+    });
     hooked.flush().await;
 
     let DrainOutcome::Batch(report) = hooked.worker.try_drain_once().await.unwrap() else {
@@ -1007,11 +998,12 @@ async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others() {
         status(&hooked.app.attempt_of("order-wh-fine").await),
         AttemptStatus::Succeeded
     );
-    let unsettled: (i64,) =
+    let unsettled: (i64,) = on_pool!(hooked, |pool| {
         sqlx::query_as("SELECT count(*) FROM webhook_inbox WHERE processed_at IS NULL")
-            .fetch_one(hooked.store.pool())
+            .fetch_one(pool)
             .await
-            .unwrap();
+            .unwrap()
+    });
     assert_eq!(unsettled.0, 1, "kept for a person to look at, not dropped");
 }
 
@@ -1042,10 +1034,9 @@ async fn declined_charge(hooked: &Hooked, operation_key: &str) -> proto::Attempt
     attempt
 }
 
-#[tokio::test]
-async fn a_declined_intent_confirmed_later_flags_the_failed_attempt_and_is_reported() {
+async fn a_declined_intent_confirmed_later_flags_the_failed_attempt_and_is_reported(backend: Backend) {
     // Decided outcomes are remembered far longer than this test runs.
-    let hooked = Hooked::spawn_with(|config| config.charge.outcome_cache_ttl_ms = 600_000).await;
+    let hooked = Hooked::spawn_backend_with(backend, |config| config.charge.outcome_cache_ttl_ms = 600_000).await;
     let key = "order-wh-reconfirmed";
     let failed = declined_charge(&hooked, key).await;
     let settled = hooked.deliver().await;
@@ -1094,12 +1085,14 @@ async fn a_declined_intent_confirmed_later_flags_the_failed_attempt_and_is_repor
         "{}",
         attempt.review_reason
     );
-    let (outcome, detail): (String, String) = sqlx::query_as(
-        "SELECT outcome, detail FROM webhook_inbox WHERE event_type = 'payment_intent.succeeded'",
-    )
-    .fetch_one(hooked.store.pool())
-    .await
-    .unwrap();
+    let (outcome, detail): (String, String) = on_pool!(hooked, |pool| {
+        sqlx::query_as(
+            "SELECT outcome, detail FROM webhook_inbox WHERE event_type = 'payment_intent.succeeded'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    });
     assert_eq!((outcome.as_str(), detail.as_str()), ("flagged", attempt.review_reason.as_str()));
 
     // The worker made this process forget the decided outcome: the duplicate reads the flag.
@@ -1108,6 +1101,11 @@ async fn a_declined_intent_confirmed_later_flags_the_failed_attempt_and_is_repor
     assert_eq!(status_of(&again), AttemptStatus::Failed);
     assert!(again.attempt.unwrap().needs_review, "read from the database after the flag");
 
+    // Reports run on PostgreSQL only on this branch: `ReportStore` on SQLite is another part of
+    // issue 17.
+    if backend != Backend::Postgres {
+        return;
+    }
     let (code, report) = crate::reports::run_json(&hooked.app, &[]).await;
     assert_eq!(code, 1, "a discrepancy makes the report unclean");
     let row = report["rows"]
@@ -1123,16 +1121,19 @@ async fn a_declined_intent_confirmed_later_flags_the_failed_attempt_and_is_repor
     assert_eq!(row["attempt"]["review_reason"], attempt.review_reason.as_str());
 }
 
-#[tokio::test]
-async fn a_success_decided_while_the_attempt_looked_pending_still_flags_it_once_keeping_earlier_reasons() {
-    let hooked = Hooked::spawn().await;
+async fn a_success_decided_while_the_attempt_looked_pending_still_flags_it_once_keeping_earlier_reasons(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let failed = declined_charge(&hooked, "order-wh-raced").await;
     hooked.deliver().await;
-    sqlx::query("UPDATE payment_attempts SET review_reason = 'checked by ops' WHERE id = $1::uuid")
-        .bind(&failed.attempt_id)
-        .execute(hooked.store.pool())
-        .await
-        .unwrap();
+    let failed_id: uuid::Uuid = failed.attempt_id.parse().unwrap();
+    on_pool!(hooked, |pool| {
+        sqlx::query("UPDATE payment_attempts SET review_reason = 'checked by ops' WHERE id = $1")
+            .bind(failed_id)
+            .execute(pool)
+            .await
+            .unwrap()
+            .rows_affected()
+    });
 
     assert_eq!(
         settle_as_if_pending(&hooked, &failed, "evt_raced_1").await,
@@ -1204,5 +1205,28 @@ pub(crate) async fn attempt_record(hooked: &Hooked, attempt_id: &str) -> chargeg
     hooked.store.find_attempt_for_payment("pi_none", Some(id)).await.unwrap().unwrap()
 }
 
+on_both_backends!(
+    a_charge_left_pending_by_a_lost_answer_is_completed_by_its_webhook,
+    the_same_event_delivered_twice_is_stored_once_and_applied_once,
+    two_distinct_events_for_one_change_apply_once,
+    a_processing_event_after_success_never_moves_the_attempt_backwards,
+    forged_stale_and_oversized_requests_are_rejected_and_nothing_is_stored,
+    a_payment_that_settles_later_is_completed_by_its_webhook,
+    three_d_secure_completed_by_the_customer_is_applied_by_its_webhook,
+    a_refund_made_outside_chargeguard_is_kept_as_an_unknown_object_and_counted,
+    an_event_for_a_second_object_flags_the_attempt_and_changes_nothing_else,
+    a_flag_from_a_webhook_reaches_the_next_duplicate_at_once,
+    pruning_deletes_only_processed_events_older_than_the_retention_in_batches,
+    without_a_signing_secret_the_endpoint_does_not_exist,
+    an_event_for_a_corrupt_attempt_row_does_not_block_the_others,
+    a_declined_intent_confirmed_later_flags_the_failed_attempt_and_is_reported,
+    a_success_decided_while_the_attempt_looked_pending_still_flags_it_once_keeping_earlier_reasons,
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    two_workers_in_one_process_drain_one_inbox_and_each_event_is_applied_once,
+);
+
+/// A worker killed mid-batch by a crash point, on both stores.
+#[cfg(feature = "failpoints")]
+mod killed;
 /// Webhooks for intents that later attempts of their operation confirmed again (issue 16).
 mod reconfirmed;

@@ -1,16 +1,17 @@
 //! Refund and dispute webhooks (issue 15, SEMANTICS.md invariant 8 and its one exception)
-//! through the real HTTP server, real PostgreSQL and the simulator's webhook sender; the test
-//! drives the inbox worker itself (`Hooked`, from `webhooks.rs`).
+//! through the real HTTP server, a real database (both stores: `webhooks_refunds::postgres::…`,
+//! `webhooks_refunds::sqlite::…`) and the simulator's webhook sender; the test drives the inbox
+//! worker itself (`Hooked`, from `webhooks.rs`).
 
 use chargeguard::domain::{Attempt, AttemptId};
 use chargeguard::grpc::proto::{self, AttemptStatus};
 use chargeguard::secret::Secret;
 use chargeguard::simulator::{DisputeStatus, OpenDispute, RefundMode, WebhookMode};
-use chargeguard::store::inbox::{InboxOutcome, InboxStore};
+use chargeguard::store::inbox::InboxOutcome;
 use chargeguard::webhook::signature::sign;
 use chargeguard::webhook::worker::SettledEvent;
 
-use crate::support::{charge_request, refund_request, status_of};
+use crate::support::{Backend, charge_request, on_both_backends, refund_request, status_of};
 use crate::webhooks::{Hooked, SECRET, attempt_record, counter, outcomes, status};
 
 /// A succeeded charge through chargeguard, its webhooks already settled; (attempt id, intent).
@@ -22,9 +23,8 @@ async fn paid_charge(hooked: &Hooked, operation_key: &str) -> (String, String) {
     (attempt.attempt_id, attempt.provider_payment_id)
 }
 
-#[tokio::test]
-async fn a_dispute_flags_the_charge_naming_it_and_its_close_adds_won_or_lost() {
-    let hooked = Hooked::spawn().await;
+async fn a_dispute_flags_the_charge_naming_it_and_its_close_adds_won_or_lost(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     hooked.app.sim().set_webhook_mode(WebhookMode::Twice).await.unwrap();
     let (attempt_id, intent) = paid_charge(&hooked, "order-dispute-1").await;
     let (_, other_intent) = paid_charge(&hooked, "order-dispute-2").await;
@@ -71,9 +71,8 @@ async fn a_dispute_flags_the_charge_naming_it_and_its_close_adds_won_or_lost() {
     assert_eq!(reason.matches("dispute: ").count(), 2, "each change once: {reason}");
 }
 
-#[tokio::test]
-async fn distinct_events_for_one_dispute_change_flag_once_and_unknown_disputes_are_kept() {
-    let hooked = Hooked::spawn().await;
+async fn distinct_events_for_one_dispute_change_flag_once_and_unknown_disputes_are_kept(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     hooked.app.sim().set_webhook_mode(WebhookMode::DistinctDuplicates).await.unwrap();
     let (attempt_id, intent) = paid_charge(&hooked, "order-dispute-3").await;
     hooked.app.sim().open_dispute(&intent, OpenDispute::default()).await.unwrap();
@@ -130,10 +129,9 @@ fn refund_outcomes(settled: &[SettledEvent]) -> Vec<(String, InboxOutcome)> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_pending_refund_settled_by_duplicated_or_distinct_events_moves_once() {
+async fn a_pending_refund_settled_by_duplicated_or_distinct_events_moves_once(backend: Backend) {
     for (index, mode) in [WebhookMode::Twice, WebhookMode::DistinctDuplicates].into_iter().enumerate() {
-        let hooked = Hooked::spawn().await;
+        let hooked = Hooked::spawn_on(backend).await;
         let charge_key = format!("order-rw-{index}:charge");
         let (_, intent) = paid_charge(&hooked, &charge_key).await;
         hooked.app.sim().set_webhook_mode(mode).await.unwrap();
@@ -168,9 +166,8 @@ async fn a_pending_refund_settled_by_duplicated_or_distinct_events_moves_once() 
     }
 }
 
-#[tokio::test]
-async fn shuffled_refund_events_leave_each_refund_where_the_provider_has_it() {
-    let hooked = Hooked::spawn().await;
+async fn shuffled_refund_events_leave_each_refund_where_the_provider_has_it(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let (_, intent) = paid_charge(&hooked, "order-rs:charge").await;
     hooked.app.sim().set_webhook_mode(WebhookMode::Shuffle).await.unwrap();
     hooked.app.sim().set_refund_mode(RefundMode::Pending).await.unwrap();
@@ -191,9 +188,8 @@ async fn shuffled_refund_events_leave_each_refund_where_the_provider_has_it() {
     assert_eq!(hooked.app.sim().ledger().await.unwrap().refunded_minor(&intent), 300);
 }
 
-#[tokio::test]
-async fn a_refund_the_provider_fails_after_success_becomes_failed_counted_and_the_charge_refunded_goes_down() {
-    let hooked = Hooked::spawn().await;
+async fn a_refund_the_provider_fails_after_success_becomes_failed_counted_and_the_charge_refunded_goes_down(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let (_, intent) = paid_charge(&hooked, "order-rf:charge").await;
     let refund = refunded(&hooked, "order-rf:refund-1", "order-rf:charge", Some(400)).await;
     assert_eq!(status(&refund), AttemptStatus::Succeeded);
@@ -245,3 +241,11 @@ async fn a_refund_the_provider_fails_after_success_becomes_failed_counted_and_th
     assert_eq!(record.status, chargeguard::domain::AttemptStatus::Failed, "never back to succeeded");
     assert_eq!(hooked.app.attempt_of("order-rf:charge").await.refunded_minor, 0);
 }
+
+on_both_backends!(
+    a_dispute_flags_the_charge_naming_it_and_its_close_adds_won_or_lost,
+    distinct_events_for_one_dispute_change_flag_once_and_unknown_disputes_are_kept,
+    a_pending_refund_settled_by_duplicated_or_distinct_events_moves_once,
+    shuffled_refund_events_leave_each_refund_where_the_provider_has_it,
+    a_refund_the_provider_fails_after_success_becomes_failed_counted_and_the_charge_refunded_goes_down,
+);

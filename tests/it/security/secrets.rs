@@ -1,10 +1,15 @@
 //! The secrets audit: a real `chargeguard serve` process with TLS, mutual TLS, bearer tokens, a
 //! provider key and webhook signing secrets, logging at RUST_LOG=trace, taken through a failed
 //! start, a charge, a refused call and a webhook; its whole output is searched for every secret
-//! and every private key.
+//! and every private key. A second audit runs the first run (nothing configured) at trace through
+//! a 3-D Secure payment completed by the built-in simulator's webhook, signed with the secret
+//! generated at start: no `whsec_` appears in its output.
 
 use std::time::Duration;
 
+use chargeguard::grpc::proto::get_attempt_request::Selector;
+use chargeguard::grpc::proto::payments_client::PaymentsClient;
+use chargeguard::grpc::proto::{AttemptStatus, GetAttemptRequest};
 use chargeguard::grpc::{certificate_sha256, hash_token};
 use chargeguard::secret::Secret;
 use chargeguard::simulator::SimulatorConfig;
@@ -148,4 +153,38 @@ async fn a_traced_server_through_charge_refusal_webhook_and_failed_start_never_l
     let leaks: Vec<&String> = secrets.iter().filter(|(_, secret)| output.contains(secret.as_str())).map(|(what, _)| what).collect();
     assert!(leaks.is_empty(), "the log shows {leaks:?}");
     assert!(!output.contains("PRIVATE KEY"), "a PEM private key block is in the log");
+}
+
+#[tokio::test]
+async fn the_first_runs_generated_webhook_secret_is_never_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = command(dir.path());
+    serve.env("RUST_LOG", "trace").env("CHARGEGUARD_SWEEP__ENABLED", "false");
+    let mut server_process = ServeProcess::start(serve, &[]);
+    server_process.wait_ready().await;
+    let token = chargeguard::embedded::read_token_file(&dir.path().join("chargeguard-data/demo-token")).expect("the demo token");
+    let mut client = PaymentsClient::connect(format!("http://{}", server_process.grpc_addr)).await.unwrap();
+    let mut request = charge_request("audit-first-run-3ds");
+    request.payment_method = "pm_card_threeDSecure2Required".into();
+    let response = client.charge(authed(token.expose(), request)).await.unwrap().into_inner();
+    let redirect_url = response.attempt.unwrap().next_action.unwrap().redirect_url;
+    assert!(reqwest::get(&redirect_url).await.unwrap().status().is_success());
+    // Succeeded with the sweep off: the webhook, signed with the generated secret, was verified.
+    let started = std::time::Instant::now();
+    loop {
+        let selector = Some(Selector::OperationKey("audit-first-run-3ds".to_owned()));
+        let attempt = client.get_attempt(authed(token.expose(), GetAttemptRequest { selector })).await.unwrap().into_inner();
+        if attempt.attempt.unwrap().status == AttemptStatus::Succeeded as i32 {
+            break;
+        }
+        assert!(started.elapsed() < READY_WAIT_MAX, "the webhook never completed the payment:\n{}", server_process.stderr());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    server_process.terminate();
+    let _ = tokio::time::timeout(Duration::from_secs(30), server_process.wait_exit()).await;
+    let output = server_process.stderr();
+    assert!(output.lines().count() > 100, "trace logging was on: {output}");
+    assert!(!output.contains("whsec_"), "the log shows the generated webhook secret");
+    assert!(!output.contains(token.expose()), "the log shows the demo token");
 }

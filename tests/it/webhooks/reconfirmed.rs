@@ -11,6 +11,7 @@ use chargeguard::webhook::signature::sign;
 
 use super::{Hooked, SECRET, attempt_record, intent_event, outcomes, status, wall_now};
 use crate::support::attempt_request as attempt;
+use crate::support::{Backend, on_both_backends};
 
 async fn declined_first_attempt(hooked: &Hooked, operation: &str) -> proto::Attempt {
     let first = hooked.app.charge(attempt(operation, 1, "pm_card_chargeDeclined")).await.unwrap().attempt.unwrap();
@@ -23,9 +24,8 @@ async fn attempt_by_id(hooked: &Hooked, attempt_id: &str) -> chargeguard::domain
     attempt_record(hooked, attempt_id).await
 }
 
-#[tokio::test]
-async fn a_reconfirmed_intent_moves_the_attempt_that_confirmed_it_and_the_earlier_keeps_its_decline() {
-    let hooked = Hooked::spawn().await;
+async fn a_reconfirmed_intent_moves_the_attempt_that_confirmed_it_and_the_earlier_keeps_its_decline(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let first = declined_first_attempt(&hooked, "hooked-again-1").await;
     // Attempt 2's confirm is applied (paid) and its answer lost: only the webhook can tell.
     let lost = FaultSpec::next(FaultKind::ApplyThenDrop, 1);
@@ -51,9 +51,8 @@ async fn a_reconfirmed_intent_moves_the_attempt_that_confirmed_it_and_the_earlie
     assert_eq!(intents.iter().filter(|intent| intent.status == "succeeded").count(), 1);
 }
 
-#[tokio::test]
-async fn an_event_for_an_earlier_attempts_canceled_intent_never_moves_a_later_attempt() {
-    let hooked = Hooked::spawn().await;
+async fn an_event_for_an_earlier_attempts_canceled_intent_never_moves_a_later_attempt(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
     let first = declined_first_attempt(&hooked, "hooked-again-2").await;
     // Attempt 2 changes the amount: attempt 1's intent is canceled, attempt 2 creates its own,
     // whose answer is lost.
@@ -97,3 +96,8 @@ async fn an_event_for_an_earlier_attempts_canceled_intent_never_moves_a_later_at
     assert_eq!(later.review_reason, None, "never flagged by attempt 1's news");
     assert_ne!(later.provider_payment_id.as_deref(), Some(first.provider_payment_id.as_str()));
 }
+
+on_both_backends!(
+    a_reconfirmed_intent_moves_the_attempt_that_confirmed_it_and_the_earlier_keeps_its_decline,
+    an_event_for_an_earlier_attempts_canceled_intent_never_moves_a_later_attempt,
+);

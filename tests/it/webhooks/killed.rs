@@ -1,0 +1,134 @@
+//! A worker killed mid-batch (SEMANTICS.md's crash table, for the webhook inbox), on both stores:
+//! a real `chargeguard serve` process, on the same database as the test's app (on SQLite, the
+//! same file from two processes), is stopped by a crash point.
+
+use std::time::Duration;
+
+use chargeguard::grpc::proto::AttemptStatus;
+use chargeguard::store::inbox::InboxOutcome;
+use chargeguard::webhook::DrainOutcome;
+
+use super::{CLAIM, Hooked, charge_with_lost_answer, outcomes, status};
+use crate::support::{Backend, SIM_API_KEY, on_both_backends};
+
+/// A real `chargeguard serve` process drains the inbox and is killed by a crash point after the
+/// first event of its batch; the next worker finds the rest claimed until the claim expires,
+/// then finishes the batch. Every event is settled exactly once.
+async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_batch(backend: Backend) {
+    let hooked = Hooked::spawn_on(backend).await;
+    hooked.lose_create_answers(3).await;
+    for index in 0..3 {
+        charge_with_lost_answer(&hooked, &format!("order-crash-{index}")).await;
+    }
+    hooked.flush().await;
+    assert_eq!(hooked.inbox().await.len(), 3);
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
+        .arg("serve")
+        .env("CHARGEGUARD_DATABASE__URL", &hooked.app.database.url)
+        .env("CHARGEGUARD_PROVIDER__API_KEY", SIM_API_KEY)
+        .env(
+            "CHARGEGUARD_PROVIDER__BASE_URL",
+            hooked.app.simulator.base_url(),
+        )
+        .env("CHARGEGUARD_SERVER__GRPC_LISTEN", "127.0.0.1:0")
+        .env("CHARGEGUARD_SERVER__HTTP_LISTEN", "127.0.0.1:0")
+        .env("CHARGEGUARD_SWEEP__ENABLED", "false")
+        .env("CHARGEGUARD_WEBHOOKS__WORKER_INTERVAL_MS", "50")
+        .env(
+            "CHARGEGUARD_WEBHOOKS__WORKER_CLAIM_MS",
+            CLAIM.as_millis().to_string(),
+        )
+        .env("FAILPOINTS", "webhook.mid_batch=return")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("chargeguard serve starts");
+    // A bound, not a timing assumption: the child crashes at its first drain, 50 ms after start.
+    let exit = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("the worker crashed")
+        .unwrap();
+    assert_eq!(exit.code(), Some(chargeguard::failpoints::CRASH_EXIT_CODE));
+
+    let rows: Vec<(String, Option<String>, i32)> = on_pool!(hooked, |pool| {
+        sqlx::query_as(
+            "SELECT event_id, outcome, CASE WHEN claim_owner IS NULL THEN 0 ELSE 1 END
+             FROM webhook_inbox ORDER BY received_at, event_id",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap()
+    });
+    let rows: Vec<(String, Option<String>, bool)> =
+        rows.into_iter().map(|(id, outcome, claimed)| (id, outcome, claimed == 1)).collect();
+    let settled_by_child: Vec<_> = rows
+        .iter()
+        .filter(|(_, outcome, _)| outcome.is_some())
+        .collect();
+    assert_eq!(
+        settled_by_child.len(),
+        1,
+        "killed after settling one event: {rows:?}"
+    );
+    assert_eq!(settled_by_child[0].1.as_deref(), Some("applied"));
+    assert_eq!(
+        rows.iter()
+            .filter(|(_, outcome, claimed)| outcome.is_none() && *claimed)
+            .count(),
+        2,
+        "the rest still claimed by the dead worker"
+    );
+
+    // While the dead worker's claim runs, nobody takes its rows.
+    assert_eq!(
+        hooked.worker.try_drain_once().await.unwrap(),
+        DrainOutcome::EmptyInbox
+    );
+    hooked
+        .app
+        .clock
+        .advance(chrono::Duration::from_std(CLAIM).unwrap() + chrono::Duration::seconds(1));
+    let settled = hooked.drain().await;
+    assert_eq!(
+        outcomes(&settled, "payment_intent.succeeded"),
+        [InboxOutcome::Applied, InboxOutcome::Applied]
+    );
+    assert!(
+        settled.iter().all(|s| s.event_id != settled_by_child[0].0),
+        "the settled event is not settled again"
+    );
+
+    for index in 0..3 {
+        assert_eq!(
+            status(&hooked.app.attempt_of(&format!("order-crash-{index}")).await),
+            AttemptStatus::Succeeded
+        );
+    }
+    let claims: Vec<(i32,)> = on_pool!(hooked, |pool| {
+        sqlx::query_as("SELECT claim_count FROM webhook_inbox WHERE event_id <> $1")
+            .bind(&settled_by_child[0].0)
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    });
+    assert_eq!(
+        claims,
+        [(2,), (2,)],
+        "claimed by the dead worker, then by the next"
+    );
+    assert_eq!(
+        hooked
+            .app
+            .sim()
+            .ledger()
+            .await
+            .unwrap()
+            .payment_intents
+            .len(),
+        3
+    );
+}
+
+on_both_backends!(a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_batch);
