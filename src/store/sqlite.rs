@@ -618,9 +618,24 @@ impl AttemptStore for SqliteStore {
     }
 
     async fn close(&self) {
-        self.pool.close().await;
+        // sqlx 0.8's `close` can miss a connection that was being handed back while it ran: the
+        // connection reaches the idle queue after `close` last looked there, and stays open
+        // until the pool is dropped — with it the `-wal` file a clean stop should fold away.
+        // Closing again closes what was missed; bounded, since nothing can open a new one.
+        for _ in 0..CLOSE_PASSES_MAX {
+            self.pool.close().await;
+            if self.pool.size() == 0 {
+                return;
+            }
+            tokio::time::sleep(CLOSE_PASS_INTERVAL).await;
+        }
+        tracing::warn!(connections = self.pool.size(), "SQLite connections still open after closing the store");
     }
 }
+
+/// How many times `close` looks for connections a pass missed, and how long it waits between.
+const CLOSE_PASSES_MAX: u32 = 50;
+const CLOSE_PASS_INTERVAL: Duration = Duration::from_millis(10);
 
 pub(super) fn instant_from_micros(value: i64) -> Result<DateTime<Utc>, ColumnError> {
     DateTime::from_timestamp_micros(value)
