@@ -211,3 +211,51 @@ async fn finance_link_prints_a_link_that_opens_the_page_once() {
     assert_eq!(client.get(link).send().await.unwrap().status(), StatusCode::UNAUTHORIZED);
     app.stop().await;
 }
+
+/// The first run (no consumers, no operators, the built-in simulator): the demo operator's
+/// token sits beside the demo token, and `finance-link` with it opens the page; the demo
+/// consumer's token does not.
+#[tokio::test]
+async fn finance_page_on_the_first_run_opens_with_the_demo_operator_token_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("demo-token");
+    let app = TestApp::spawn_with(|config| {
+        config.consumers.clear();
+        config.operators.clear();
+        config.provider.api_key = None;
+        config.provider.base_url = None;
+        config.embedded.demo_token_file = token_file.clone();
+    })
+    .await;
+    let operator_file = dir.path().join(chargeguard::embedded::DEMO_OPERATOR_TOKEN_FILE_NAME);
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
+        .args(["finance-link", "--json", "--server"])
+        .arg(format!("http://{}", app.grpc_addr))
+        .arg("--token-file")
+        .arg(&operator_file)
+        .env("RUST_LOG", "warn")
+        .env_remove("CHARGEGUARD_TOKEN")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout} {}", String::from_utf8_lossy(&output.stderr));
+    let answer: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(answer["operator"], chargeguard::embedded::DEMO_OPERATOR);
+    let client = no_redirects();
+    let opened = client.get(answer["link"].as_str().unwrap()).send().await.unwrap();
+    assert_eq!(opened.status(), StatusCode::SEE_OTHER);
+    let cookie = opened.headers()[header::SET_COOKIE].to_str().unwrap().split(';').next().unwrap().to_owned();
+    let page = client.get(format!("http://{}/finance", app.http_addr)).header(header::COOKIE, cookie).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let consumer_token = chargeguard::embedded::read_token_file(&token_file).unwrap();
+    let consumer = client
+        .get(format!("http://{}/finance", app.http_addr))
+        .bearer_auth(consumer_token.expose())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(consumer.status(), StatusCode::FORBIDDEN);
+    app.stop().await;
+}
