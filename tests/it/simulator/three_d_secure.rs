@@ -2,7 +2,6 @@
 //! nothing; its "Complete" and "Fail" buttons (POST forms) authenticate, then return to the
 //! intent's `return_url`.
 
-use stripe::StripeRequest as _;
 use stripe_core::PaymentIntentStatus;
 use stripe_core::payment_intent::RetrievePaymentIntent;
 
