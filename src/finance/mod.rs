@@ -359,3 +359,58 @@ fn message_page(status: StatusCode, title: &str, message: &str) -> Response {
     );
     (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::OperatorConfig;
+    use tower::ServiceExt;
+
+    const TOKEN: &str = "finance-unit-token";
+
+    fn state_without_reports() -> FinanceState {
+        let operator = OperatorConfig {
+            name: "finance".into(),
+            token_sha256: crate::grpc::hash_token(TOKEN).into(),
+            role: OperatorRole::Finance,
+        };
+        FinanceState {
+            reporter: None,
+            logins: Logins::default(),
+            operators: Operators::from_config(&[operator]),
+            consumers: Authenticator::from_config(&[]).unwrap(),
+            secure_cookie: false,
+        }
+    }
+
+    async fn get(state: FinanceState, path: &str, authorization: Option<&str>) -> Response {
+        let mut request = axum::http::Request::get(path);
+        if let Some(value) = authorization {
+            request = request.header(header::AUTHORIZATION, value);
+        }
+        router(state).oneshot(request.body(Body::empty()).unwrap()).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn without_a_reporter_an_operator_gets_a_503_page_and_a_stranger_a_401() {
+        let state = state_without_reports();
+        let unavailable = get(state.clone(), "/finance", Some(&format!("Bearer {TOKEN}"))).await;
+        assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(unavailable.headers()[header::CACHE_CONTROL], "no-store");
+        let download = get(state.clone(), "/finance/report.csv", Some(&format!("Bearer {TOKEN}"))).await;
+        assert_eq!(download.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(get(state.clone(), "/finance", None).await.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(get(state, "/finance", Some("Bearer guessed")).await.status(), StatusCode::UNAUTHORIZED);
+    }
+
+    #[tokio::test]
+    async fn the_policy_allows_only_the_page_style_sheet() {
+        let response = get(state_without_reports(), "/finance", None).await;
+        let policy = response.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap().to_owned();
+        use base64::Engine;
+        use sha2::Digest;
+        let digest = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(page::STYLE.as_bytes()));
+        assert!(policy.contains(&format!("style-src 'sha256-{digest}'")), "{policy}");
+        assert!(!policy.contains("script-src"), "default-src 'none' forbids scripts: {policy}");
+    }
+}
