@@ -278,13 +278,13 @@ impl Application {
                 grpc_shutdown,
             )),
         };
-        let mut http_router = crate::http::router(crate::http::HttpState { store: core.store.clone() }, metrics_addr.is_none())
-            .merge(crate::finance::router(finance));
+        let mut http_router = crate::http::router(crate::http::HttpState { store: core.store.clone() }, metrics_addr.is_none());
         if let Some(webhooks) = &webhooks {
             // Signatures carry the sender's wall-clock time: checked against ours, not the
             // business clock that tests move.
             http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
         }
+        let http_router = http_router.merge(crate::finance::router(finance));
         let http_router = crate::http::with_request_timeout(http_router, Duration::from_millis(server.http_request_timeout_ms));
         // Headers are bounded by the same time (hyper's header_read_timeout in http::serve).
         let http_request_timeout = Duration::from_millis(server.http_request_timeout_ms);

@@ -1,12 +1,10 @@
 //! The secrets audit: a real `chargeguard serve` process with TLS, mutual TLS, bearer tokens, a
 //! provider key and webhook signing secrets, logging at RUST_LOG=trace, taken through a failed
-//! start, a charge, a refused call, a webhook and a finance page login (its ticket and session);
-//! its whole output is searched for every secret and every private key.
+//! start, a charge, a refused call and a webhook; its whole output is searched for every secret
+//! and every private key.
 
 use std::time::Duration;
 
-use chargeguard::grpc::proto::FinanceLoginRequest;
-use chargeguard::grpc::proto::reports_client::ReportsClient;
 use chargeguard::grpc::{certificate_sha256, hash_token};
 use chargeguard::secret::Secret;
 use chargeguard::simulator::SimulatorConfig;
@@ -129,8 +127,8 @@ async fn a_traced_server_through_charge_refusal_webhook_and_failed_start_never_l
     // The finance page's login: the ticket in the link and the session in the cookie are
     // secrets too.
     let channel = super::tls_channel(grpc_addr, &server_ca, Some(&client)).await.expect("mutual TLS connects");
-    let login = ReportsClient::new(channel)
-        .create_finance_login(authed(OPERATOR_TOKEN, FinanceLoginRequest {}))
+    let login = chargeguard::grpc::proto::reports_client::ReportsClient::new(channel)
+        .create_finance_login(authed(OPERATOR_TOKEN, chargeguard::grpc::proto::FinanceLoginRequest {}))
         .await
         .expect("an operator gets a login link")
         .into_inner();
