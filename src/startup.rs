@@ -284,10 +284,11 @@ impl Application {
             // business clock that tests move.
             http_router = http_router.merge(webhooks.router(Arc::new(SystemClock)));
         }
-        let http_router = http_router.merge(crate::finance::router(finance));
         let http_router = crate::http::with_request_timeout(http_router, Duration::from_millis(server.http_request_timeout_ms));
         // Headers are bounded by the same time (hyper's header_read_timeout in http::serve).
         let http_request_timeout = Duration::from_millis(server.http_request_timeout_ms);
+        // The finance page, under the same request timeout.
+        let http_router = http_router.merge(crate::http::with_request_timeout(crate::finance::router(finance), http_request_timeout));
         let http: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match &self.http_tls {
             Some(tls) => {
                 let accepted = crate::tls::accept_loop(self.http_listener, tls.clone(), handshake_timeout, shutdown.clone());
