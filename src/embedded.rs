@@ -3,13 +3,18 @@
 //! whose random token lives in a file only the user can read. The token is never logged or
 //! printed: the CLI client reads the same file, so the quickstart needs no token handling.
 //! With a real provider key or any configured consumer, none of this happens.
+//!
+//! Likewise, with no operators configured, the first run makes one admin operator,
+//! `demo-admin`, whose token is in its own file beside the demo token: `chargeguard
+//! finance-link` reads it to get a one-time login link to the finance page. A consumer's token
+//! never reads reports, so the two stay apart.
 
 use std::io::{ErrorKind, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rand::RngCore;
 
-use crate::config::ConsumerConfig;
+use crate::config::{ConsumerConfig, OperatorConfig, OperatorRole};
 use crate::grpc::hash_token;
 use crate::secret::Secret;
 
@@ -18,6 +23,12 @@ use crate::secret::Secret;
 pub const DEMO_TOKEN_FILE_DEFAULT: &str = "chargeguard-data/demo-token";
 /// The consumer name the demo token authenticates.
 pub const DEMO_CONSUMER: &str = "demo";
+/// Where the demo operator's token is kept: beside the demo token, whatever its file is called.
+pub const DEMO_OPERATOR_TOKEN_FILE_NAME: &str = "demo-operator-token";
+/// The demo operator token file of a first-run server with the default `embedded.demo_token_file`.
+pub const DEMO_OPERATOR_TOKEN_FILE_DEFAULT: &str = "chargeguard-data/demo-operator-token";
+/// The operator name the demo operator token authenticates (role admin).
+pub const DEMO_OPERATOR: &str = "demo-admin";
 /// Random bytes in a demo token (hex-encoded in the file).
 const DEMO_TOKEN_BYTES: usize = 32;
 /// A token file larger than this is not a token file.
@@ -46,18 +57,36 @@ pub enum TokenFileError {
 /// The demo consumer, creating its token file (mode 0600, in a 0700 directory) on first use and
 /// reusing it afterwards, so a token a user exported keeps working across restarts.
 pub fn demo_consumer(path: &Path) -> Result<ConsumerConfig, TokenFileError> {
-    let token = match read_token_file(path) {
-        Ok(token) => token,
-        Err(TokenFileError::Read { source, .. }) if source.kind() == ErrorKind::NotFound => {
-            create_token_file(path)?
-        }
-        Err(error) => return Err(error),
-    };
+    let token = read_or_create_token_file(path, "cg_demo_")?;
     Ok(ConsumerConfig {
         name: DEMO_CONSUMER.to_owned(),
         token_sha256: hash_token(token.expose()).into(),
         ..ConsumerConfig::default()
     })
+}
+
+/// The demo operator (role admin) of a first run, its token file created on first use like the
+/// demo consumer's. `demo_token_file` is the demo consumer's token file: the operator's sits
+/// beside it.
+pub fn demo_operator(demo_token_file: &Path) -> Result<(OperatorConfig, PathBuf), TokenFileError> {
+    let path = demo_token_file.with_file_name(DEMO_OPERATOR_TOKEN_FILE_NAME);
+    let token = read_or_create_token_file(&path, "cg_demo_admin_")?;
+    let operator = OperatorConfig {
+        name: DEMO_OPERATOR.to_owned(),
+        token_sha256: hash_token(token.expose()).into(),
+        role: OperatorRole::Admin,
+    };
+    Ok((operator, path))
+}
+
+fn read_or_create_token_file(path: &Path, prefix: &str) -> Result<Secret, TokenFileError> {
+    match read_token_file(path) {
+        Ok(token) => Ok(token),
+        Err(TokenFileError::Read { source, .. }) if source.kind() == ErrorKind::NotFound => {
+            create_token_file(path, prefix)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 /// Reads a token from a file that only its owner can read.
@@ -103,7 +132,7 @@ fn refuse_open_permissions(_file: &std::fs::File, _path: &str) -> Result<(), Tok
     Ok(())
 }
 
-fn create_token_file(path: &Path) -> Result<Secret, TokenFileError> {
+fn create_token_file(path: &Path, prefix: &str) -> Result<Secret, TokenFileError> {
     let display = path.display().to_string();
     let create_error = |source| TokenFileError::Create {
         path: display.clone(),
@@ -121,7 +150,7 @@ fn create_token_file(path: &Path) -> Result<Secret, TokenFileError> {
     }
     let mut bytes = [0u8; DEMO_TOKEN_BYTES];
     rand::rngs::OsRng.fill_bytes(&mut bytes);
-    let token = format!("cg_demo_{}", hex::encode(bytes));
+    let token = format!("{prefix}{}", hex::encode(bytes));
     let mut options = std::fs::OpenOptions::new();
     // create_new: two servers starting at once never overwrite each other's token.
     options.write(true).create_new(true);
@@ -160,6 +189,23 @@ mod tests {
                 0o600
             );
         }
+    }
+
+    #[test]
+    fn the_demo_operator_token_sits_beside_the_demo_token_and_differs_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let consumer_path = dir.path().join("data/demo-token");
+        let consumer = demo_consumer(&consumer_path).unwrap();
+        let (operator, operator_path) = demo_operator(&consumer_path).unwrap();
+        assert_eq!(operator_path, dir.path().join("data").join(DEMO_OPERATOR_TOKEN_FILE_NAME));
+        assert_eq!(operator.role, OperatorRole::Admin);
+        assert_ne!(operator.token_sha256, consumer.token_sha256);
+        let (again, _) = demo_operator(&consumer_path).unwrap();
+        assert_eq!(again.token_sha256, operator.token_sha256, "reused across restarts");
+        assert_eq!(
+            Path::new(DEMO_TOKEN_FILE_DEFAULT).with_file_name(DEMO_OPERATOR_TOKEN_FILE_NAME),
+            Path::new(DEMO_OPERATOR_TOKEN_FILE_DEFAULT)
+        );
     }
 
     #[cfg(unix)]

@@ -9,6 +9,7 @@ pub mod config;
 pub mod domain;
 pub mod embedded;
 pub mod failpoints;
+pub mod finance;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod grpc;

@@ -42,6 +42,9 @@ enum Command {
     /// Reconciles our attempts with the provider's payments for a period. Exit 0 clean,
     /// 1 discrepancies, 2 error.
     Report(chargeguard::report::cli::ReportArgs),
+    /// Prints a one-time login link to the finance page (operators with the finance or admin
+    /// role; a first-run server's demo operator by default).
+    FinanceLink(chargeguard::cli::FinanceLinkArgs),
     /// Prints the SHA-256 of a bearer token, as `consumers[].token_sha256` wants it.
     HashToken {
         /// Read from standard input when omitted, so the token stays out of shell history.
@@ -175,6 +178,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Attempt(args) => Ok(chargeguard::cli::attempt(args).await),
         Command::Report(args) => Ok(chargeguard::report::cli::run(cli.config.as_deref(), args).await),
+        Command::FinanceLink(args) => Ok(chargeguard::cli::finance_link(args).await),
         Command::HashToken { token } => {
             let token = match token {
                 Some(token) => token,

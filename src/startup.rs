@@ -68,6 +68,7 @@ impl Core {
         config.validate()?;
         let simulator = start_embedded_simulator(&mut config).await?;
         add_demo_consumer(&mut config, simulator.as_ref())?;
+        add_demo_operator(&mut config, simulator.as_ref())?;
         let location = crate::store::DatabaseLocation::from_config(&config.database)?;
         tracing::info!("attempt store: {}", location.describe());
         let opened = crate::store::open(&config.database).await.context("opening the attempt store")?;
@@ -170,10 +171,20 @@ impl Application {
         let health_service = health_service.max_decoding_message_size(request_bytes_max);
         let reflection = reflection.max_decoding_message_size(request_bytes_max);
         let reflection_v1alpha = reflection_v1alpha.max_decoding_message_size(request_bytes_max);
+        let finance_logins = crate::finance::Logins::default();
+        let finance_links = crate::grpc::FinanceLinks { logins: finance_logins.clone(), http_port: self.http_addr().port(), http_tls: self.http_tls.is_some() };
         let reports =
             ReportsService::new(core.reporter.clone(), Operators::from_config(&core.config.operators), authenticator.clone())
+                .with_finance_links(finance_links)
                 .into_server()
                 .max_decoding_message_size(request_bytes_max);
+        let finance = crate::finance::FinanceState {
+            reporter: core.reporter.clone(),
+            logins: finance_logins,
+            operators: Operators::from_config(&core.config.operators),
+            consumers: authenticator.clone(),
+            secure_cookie: self.http_tls.is_some(),
+        };
         let payments = PaymentsService::new(core.orchestrator.clone(), authenticator)
             .into_server()
             .max_decoding_message_size(request_bytes_max);
@@ -273,6 +284,8 @@ impl Application {
         let http_router = crate::http::with_request_timeout(http_router, Duration::from_millis(server.http_request_timeout_ms));
         // Headers are bounded by the same time (hyper's header_read_timeout in http::serve).
         let http_request_timeout = Duration::from_millis(server.http_request_timeout_ms);
+        // The finance page, under the same request timeout.
+        let http_router = http_router.merge(crate::http::with_request_timeout(crate::finance::router(finance), http_request_timeout));
         let http: std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match &self.http_tls {
             Some(tls) => {
                 let accepted = crate::tls::accept_loop(self.http_listener, tls.clone(), handshake_timeout, shutdown.clone());
@@ -454,5 +467,26 @@ fn add_demo_consumer(config: &mut Config, simulator: Option<&SimulatorHandle>) -
         path.display()
     );
     config.consumers.push(consumer);
+    Ok(())
+}
+
+/// Beside the demo consumer, and under the same conditions (no operators configured, only the
+/// built-in simulator), an admin operator for the finance page, whose token is in a file of its
+/// own (`crate::embedded::demo_operator`). The log says the command that opens the page; the
+/// token and the link are never logged.
+fn add_demo_operator(config: &mut Config, simulator: Option<&SimulatorHandle>) -> anyhow::Result<()> {
+    if !config.operators.is_empty() || simulator.is_none() {
+        return Ok(());
+    }
+    let (operator, path) = crate::embedded::demo_operator(&config.embedded.demo_token_file)
+        .context("preparing the demo operator (beside embedded.demo_token_file)")?;
+    tracing::warn!(
+        operator = %operator.name,
+        token_file = %path.display(),
+        "no operators configured: the finance page is open to {:?}, whose token is in {}; run `chargeguard finance-link` here for a one-time login link",
+        operator.name,
+        path.display()
+    );
+    config.operators.push(operator);
     Ok(())
 }

@@ -8,8 +8,9 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{CONNECT_TIMEOUT, ClientArgs};
-use crate::embedded::{DEMO_TOKEN_FILE_DEFAULT, TokenFileError, read_token_file};
+use crate::embedded::{DEMO_OPERATOR_TOKEN_FILE_DEFAULT, DEMO_TOKEN_FILE_DEFAULT, TokenFileError, read_token_file};
 use crate::grpc::proto::payments_client::PaymentsClient;
+use crate::grpc::proto::reports_client::ReportsClient;
 use crate::secret::Secret;
 
 #[derive(Debug, thiserror::Error)]
@@ -18,7 +19,8 @@ pub enum ClientError {
     Usage(String),
     #[error(
         "no token: set CHARGEGUARD_TOKEN, or pass --token-file FILE (a first-run server keeps its \
-         demo token in {DEMO_TOKEN_FILE_DEFAULT} of its working directory)"
+         demo token in {DEMO_TOKEN_FILE_DEFAULT} of its working directory, and its demo operator's \
+         in {DEMO_OPERATOR_TOKEN_FILE_DEFAULT})"
     )]
     NoToken,
     #[error(transparent)]
@@ -57,7 +59,21 @@ impl tonic::service::Interceptor for Authorization {
 }
 
 pub async fn client(args: &ClientArgs) -> Result<Client, ClientError> {
-    let token = token(args)?;
+    let (channel, authorization) = channel(args, Path::new(DEMO_TOKEN_FILE_DEFAULT)).await?;
+    Ok(PaymentsClient::with_interceptor(channel, authorization))
+}
+
+pub type OperatorClient = ReportsClient<InterceptedService<Channel, Authorization>>;
+
+/// A `Reports` client for an operator: without `--token` or `--token-file`, the demo
+/// operator's token of a first-run server started in this directory.
+pub async fn operator_client(args: &ClientArgs) -> Result<OperatorClient, ClientError> {
+    let (channel, authorization) = channel(args, Path::new(DEMO_OPERATOR_TOKEN_FILE_DEFAULT)).await?;
+    Ok(ReportsClient::with_interceptor(channel, authorization))
+}
+
+async fn channel(args: &ClientArgs, default_token_file: &Path) -> Result<(Channel, Authorization), ClientError> {
+    let token = token(args, default_token_file)?;
     let mut header: AsciiMetadataValue =
         MetadataValue::try_from(format!("Bearer {}", token.expose()))
             .map_err(|_| ClientError::Usage("the token must be printable ASCII".to_owned()))?;
@@ -82,24 +98,20 @@ pub async fn client(args: &ClientArgs) -> Result<Client, ClientError> {
         .connect()
         .await
         .map_err(|error| unreachable(source_chain(&error)))?;
-    Ok(PaymentsClient::with_interceptor(
-        channel,
-        Authorization(header),
-    ))
+    Ok((channel, Authorization(header)))
 }
 
 /// `--token` (or CHARGEGUARD_TOKEN), else `--token-file` (or CHARGEGUARD_TOKEN_FILE), else the
-/// demo token file of a first-run server in this directory.
-fn token(args: &ClientArgs) -> Result<Secret, ClientError> {
+/// demo token file of a first-run server in this directory (`default_file`).
+fn token(args: &ClientArgs, default_file: &Path) -> Result<Secret, ClientError> {
     if let Some(token) = args.token.as_deref().filter(|token| !token.is_empty()) {
         return Ok(Secret::new(token));
     }
     if let Some(path) = &args.token_file {
         return Ok(read_token_file(path)?);
     }
-    let demo = Path::new(DEMO_TOKEN_FILE_DEFAULT);
-    if demo.exists() {
-        return Ok(read_token_file(demo)?);
+    if default_file.exists() {
+        return Ok(read_token_file(default_file)?);
     }
     Err(ClientError::NoToken)
 }

@@ -8,7 +8,10 @@
 //! progress, database down, server unreachable), 1 for any other error, 2 for usage errors.
 
 mod connect;
+mod finance;
 mod render;
+
+pub use finance::{FinanceLinkArgs, finance_link};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -240,7 +240,7 @@ fn digest_of_hex(field: &'static str, hash: &str) -> Result<[u8; 32], crate::dom
 }
 
 /// The token of an `authorization: Bearer <token>` value.
-pub(super) fn bearer_token(header: &[u8]) -> Result<&[u8], AuthError> {
+pub fn bearer_token(header: &[u8]) -> Result<&[u8], AuthError> {
     if header.len() > AUTHORIZATION_BYTES_MAX {
         return Err(AuthError::Malformed);
     }

@@ -10,9 +10,9 @@ mod request_size;
 mod status;
 mod undecodable;
 
-pub use auth::{AuthError, Authenticator, certificate_sha256, hash_token};
+pub use auth::{AuthError, Authenticator, bearer_token, certificate_sha256, hash_token};
 pub use payments::PaymentsService;
-pub use reports::{Operators, ReportsService};
+pub use reports::{FinanceLinks, Operators, ReportsService};
 pub use limits::{ConsumerLimitLayer, ConsumerLimits, LimitRefusal};
 pub use request_size::request_size_layer;
 pub use status::{RETRY_AFTER_METADATA, RETRY_AFTER_MS_METADATA};

@@ -13,6 +13,7 @@ use super::proto::reconciliation_chunk::Item;
 use super::proto::reports_server::Reports;
 use super::{proto, status};
 use crate::config::{OperatorConfig, OperatorRole};
+use crate::finance::{LOGIN_PATH, Logins, TICKET_TTL, Viewer};
 use crate::report::{Category, PreparedReport, ReportPeriod, ReportRow, Reporter, Summary};
 
 /// Chunks buffered between the report task and the client.
@@ -41,7 +42,8 @@ impl Operators {
         Self { by_token_hash }
     }
 
-    fn find(&self, token: &[u8]) -> Option<&(String, OperatorRole)> {
+    /// The operator holding `token`, with their role.
+    pub fn find(&self, token: &[u8]) -> Option<&(String, OperatorRole)> {
         use sha2::Digest;
         use subtle::ConstantTimeEq;
         let digest: [u8; 32] = sha2::Sha256::digest(token).into();
@@ -60,6 +62,15 @@ pub struct ReportsService {
     reporter: Option<Reporter>,
     operators: Operators,
     consumers: Authenticator,
+    /// Where `CreateFinanceLogin` tickets go; `None` refuses the call.
+    finance: Option<FinanceLinks>,
+}
+
+/// What a login link needs: the tickets the HTTP routes accept, and how to reach them.
+pub struct FinanceLinks {
+    pub logins: Logins,
+    pub http_port: u16,
+    pub http_tls: bool,
 }
 
 impl ReportsService {
@@ -68,7 +79,14 @@ impl ReportsService {
             reporter,
             operators,
             consumers,
+            finance: None,
         }
+    }
+
+    /// Lets `CreateFinanceLogin` issue tickets for the finance page.
+    pub fn with_finance_links(mut self, links: FinanceLinks) -> Self {
+        self.finance = Some(links);
+        self
     }
 
     pub fn into_server(self) -> proto::reports_server::ReportsServer<Self> {
@@ -113,6 +131,27 @@ impl Reports for ReportsService {
         let (sender, receiver) = mpsc::channel(CHUNKS_BUFFERED_MAX);
         tokio::spawn(stream_report(reporter, period, sender));
         Ok(Response::new(ReceiverStream::new(receiver)))
+    }
+
+    async fn create_finance_login(
+        &self,
+        request: Request<proto::FinanceLoginRequest>,
+    ) -> Result<Response<proto::FinanceLoginResponse>, Status> {
+        let operator = self.authorize(&request)?;
+        let Some(finance) = &self.finance else {
+            return Err(Status::unimplemented("this server has no finance page"));
+        };
+        let ticket = finance.logins.issue_ticket(Viewer { operator: operator.clone() });
+        // The ticket is a secret until used: it goes to the caller only, never to the log.
+        tracing::info!(%operator, "finance login link issued");
+        let query = serde_urlencoded::to_string([("ticket", ticket.expose())]).map_err(|_| Status::internal("encoding the ticket"))?;
+        Ok(Response::new(proto::FinanceLoginResponse {
+            path: format!("{LOGIN_PATH}?{query}"),
+            http_port: u32::from(finance.http_port),
+            http_tls: finance.http_tls,
+            expires_in_seconds: u32::try_from(TICKET_TTL.as_secs()).unwrap_or(u32::MAX),
+            operator,
+        }))
     }
 }
 

@@ -12,6 +12,7 @@ use super::WebhookTarget;
 use super::faults::{FaultSpec, FaultTarget};
 use super::model::{Confirmation, DisputeStatus, Origin};
 use super::server::{App, Reply};
+use crate::report::render::html::escape;
 use super::webhooks::WebhookMode;
 
 /// Everything really created or refunded at the provider.
@@ -418,20 +419,35 @@ async fn route(app: &App, method: &Method, path: &str, body: &[u8]) -> Result<Re
                 .map_err(|error| fail(StatusCode::BAD_REQUEST, error))?;
             ok_json(&dispute)
         }
-        // The `next_action.redirect_to_url.url` of a `requires_action` intent: opening it
-        // completes authentication, as a customer would, then returns to `return_url`.
+        // The `next_action.redirect_to_url.url` of a `requires_action` intent: a page with
+        // "Complete" and "Fail" buttons, as a bank's challenge shows the customer. Opening it
+        // changes nothing (a GET a link preview or crawler may send); the buttons POST.
         ("GET", ["3ds", id]) => {
+            let waiting = app.state().awaiting_authentication(id);
+            challenge_page(id, waiting)
+        }
+        // A button of that page (`outcome=succeed` or `fail`, a form): authenticates, then
+        // returns to `return_url` as Stripe does, or says what happened.
+        ("POST", ["3ds", id]) => {
+            let form: ChallengeForm = serde_urlencoded::from_bytes(body)
+                .map_err(|error| fail(StatusCode::BAD_REQUEST, format!("invalid form: {error}")))?;
             let now = app.now();
             let mut state = app.state();
             state
-                .authenticate(id, AuthenticationOutcome::Succeed, now)
+                .authenticate(id, form.outcome, now)
                 .map_err(|error| fail(StatusCode::BAD_REQUEST, error))?;
             match state.return_url(id) {
                 Some(url) => Reply::redirect(&url),
-                None => Reply::json(
-                    StatusCode::OK,
-                    Bytes::from(json!({ "authenticated": id }).to_string()),
-                ),
+                None => {
+                    let done = match form.outcome {
+                        AuthenticationOutcome::Succeed => "completed",
+                        AuthenticationOutcome::Fail => "failed",
+                    };
+                    Reply::html(StatusCode::OK, page(&format!("Authentication {done}"), &format!(
+                        "<p id=\"result\">Payment {} authentication {done}. You can close this page.</p>",
+                        escape(id)
+                    )))
+                }
             }
         }
         _ => fail(
@@ -440,6 +456,44 @@ async fn route(app: &App, method: &Method, path: &str, body: &[u8]) -> Result<Re
         ),
     };
     Ok(reply)
+}
+
+#[derive(Deserialize)]
+struct ChallengeForm {
+    outcome: AuthenticationOutcome,
+}
+
+/// The 3-D Secure challenge of `id`: two POST forms, or why there is nothing to authenticate.
+fn challenge_page(id: &str, waiting: Option<(i64, String)>) -> Reply {
+    let Some((amount, currency)) = waiting else {
+        return Reply::html(
+            StatusCode::NOT_FOUND,
+            page("Nothing to authenticate", &format!("<p id=\"result\">Payment {} is not waiting for authentication.</p>", escape(id))),
+        );
+    };
+    let action = format!("/_sim/3ds/{}", escape(id));
+    let button = |outcome: &str, label: &str| {
+        format!(
+            "<form method=\"post\" action=\"{action}\"><input type=\"hidden\" name=\"outcome\" value=\"{outcome}\">\
+             <button type=\"submit\" id=\"{outcome}\">{label}</button></form>"
+        )
+    };
+    let body = format!(
+        "<p>Payment {} of {} asks for 3-D Secure authentication (simulated: no bank is involved).</p>{}{}",
+        escape(id),
+        escape(&crate::report::money(&currency, amount)),
+        button("succeed", "Complete"),
+        button("fail", "Fail")
+    );
+    Reply::html(StatusCode::OK, page("3-D Secure (simulator)", &body))
+}
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{0}</title></head>\
+         <body><h1>{0}</h1>{body}</body></html>\n",
+        escape(title)
+    )
 }
 
 #[cfg(test)]

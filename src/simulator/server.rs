@@ -58,6 +58,18 @@ impl Reply {
         }
     }
 
+    /// A page for people (the 3-D Secure challenge).
+    pub fn html(status: StatusCode, body: String) -> Self {
+        let mut reply = Self::json(status, Bytes::from(body));
+        reply.headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+        reply.headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        reply.headers.insert(
+            http::header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; form-action 'self'; frame-ancestors 'none'"),
+        );
+        reply
+    }
+
     pub fn redirect(url: &str) -> Self {
         let mut reply = Self::json(StatusCode::FOUND, Bytes::new());
         if let Ok(location) = HeaderValue::from_str(url) {

@@ -996,6 +996,14 @@ impl State {
         Ok(body)
     }
 
+    /// Amount and currency of an intent waiting for 3-D Secure; `None` for any other.
+    pub fn awaiting_authentication(&self, id: &str) -> Option<(i64, String)> {
+        self.payment_intents
+            .get(id)
+            .filter(|intent| intent.status == PaymentIntentStatus::RequiresAction)
+            .map(|intent| (intent.amount, intent.currency.clone()))
+    }
+
     pub fn return_url(&self, id: &str) -> Option<String> {
         self.payment_intents
             .get(id)

@@ -8,6 +8,7 @@ mod attempt_numbers;
 mod bench;
 mod charge;
 mod embedded;
+mod finance;
 mod insert_race;
 mod migrations;
 mod outcome_cache;

@@ -138,7 +138,7 @@ pub fn write_all_rows_start(out: &mut dyn Write, count: u64) -> io::Result<()> {
     write_row_header(out)
 }
 
-fn write_row_header(out: &mut dyn Write) -> io::Result<()> {
+pub(crate) fn write_row_header(out: &mut dyn Write) -> io::Result<()> {
     out.write_all(b"<tr>")?;
     for title in ROW_HEADER {
         write!(out, "<th>{title}</th>")?;
@@ -208,7 +208,7 @@ pub fn write_end(out: &mut dyn Write) -> io::Result<()> {
 }
 
 /// Text and attribute values: the five characters that can change HTML's meaning.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     let mut escaped = String::with_capacity(value.len());
     for character in value.chars() {
         match character {

@@ -2,9 +2,10 @@
 //! machines), HTML (one self-contained page for people). Each reads the rows page by page and
 //! writes as it goes.
 
-mod csv;
-mod html;
-mod json;
+// The finance page (`finance/`) writes its downloads and tables with these, page by page.
+pub(crate) mod csv;
+pub(crate) mod html;
+pub(crate) mod json;
 
 use std::io::Write;
 

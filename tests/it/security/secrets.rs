@@ -129,6 +129,31 @@ async fn a_traced_server_through_charge_refusal_webhook_and_failed_start_never_l
         .expect("the webhook endpoint answers over TLS");
     assert!(webhook.status().as_u16() < 500, "{:?}", webhook.status());
 
+    // The finance page's login: the ticket in the link and the session in the cookie are
+    // secrets too.
+    let channel = super::tls_channel(grpc_addr, &server_ca, Some(&client)).await.expect("mutual TLS connects");
+    let login = chargeguard::grpc::proto::reports_client::ReportsClient::new(channel)
+        .create_finance_login(authed(OPERATOR_TOKEN, chargeguard::grpc::proto::FinanceLoginRequest {}))
+        .await
+        .expect("an operator gets a login link")
+        .into_inner();
+    let ticket = login.path.split_once("ticket=").expect("a ticket in the link").1.to_owned();
+    let https_no_redirects = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(server_ca.pem.as_bytes()).unwrap())
+        .resolve(super::SERVER_NAME, server_process.http_addr)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let http_base = format!("https://{}:{}", super::SERVER_NAME, login.http_port);
+    let opened = https_no_redirects.get(format!("{http_base}{}", login.path)).send().await.expect("the link opens");
+    assert_eq!(opened.status(), reqwest::StatusCode::SEE_OTHER);
+    let cookie = opened.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(cookie.contains("; Secure"), "TLS on the HTTP port: a Secure cookie: {cookie}");
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let page = https_no_redirects.get(format!("{http_base}/finance")).header("cookie", &session).send().await.unwrap();
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    let session_id = session.split_once('=').unwrap().1.to_owned();
+
     server_process.terminate();
     let _ = tokio::time::timeout(Duration::from_secs(30), server_process.wait_exit()).await;
     output.push_str(&server_process.stderr());
@@ -145,6 +170,8 @@ async fn a_traced_server_through_charge_refusal_webhook_and_failed_start_never_l
     .into_iter()
     .map(|(what, secret)| (what.to_owned(), secret.to_owned()))
     .collect();
+    secrets.push(("finance login ticket".to_owned(), ticket));
+    secrets.push(("finance session".to_owned(), session_id));
     for (what, issued) in [("server key", &server), ("client key", &client), ("wrong server key", &wrong_key)] {
         secrets.extend(key_lines(issued).into_iter().map(|line| (what.to_owned(), line)));
     }

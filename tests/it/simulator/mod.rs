@@ -7,6 +7,7 @@ mod idempotency;
 mod listing;
 mod payments;
 mod refunds;
+mod three_d_secure;
 mod webhooks;
 
 use std::collections::HashMap;
