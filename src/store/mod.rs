@@ -11,6 +11,7 @@ mod postgres_refund;
 mod row;
 pub mod sqlite;
 mod sqlite_refund;
+mod sqlite_report;
 pub mod postgres_bench;
 mod postgres_report;
 pub mod refund;
