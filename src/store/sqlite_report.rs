@@ -509,3 +509,49 @@ fn joined_row(row: &SqliteRow) -> Result<JoinedRow, StoreError> {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::SqliteStoreOptions;
+
+    #[tokio::test]
+    async fn a_statement_past_its_timeout_is_interrupted_and_its_connection_goes_on_unhindered() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteStoreOptions {
+            // One connection: the statement after the timeout runs on the interrupted one.
+            connections_max: 1,
+            acquire_timeout: Duration::from_secs(10),
+            busy_timeout: Duration::from_secs(10),
+        };
+        let store = SqliteStore::open(SqliteStore::file(&dir.path().join("t.sqlite")), &options)
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let counting = |to: u64| {
+            format!(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {to})
+                 INSERT INTO report_runs SELECT randomblob(16), max(i) FROM n"
+            )
+        };
+        let slow = counting(1_000_000_000);
+        let error = store
+            .execute_with_timeout(sqlx::query(&slow), Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, StoreError::Unavailable(message) if message.contains("report.statement_timeout_ms")),
+            "{error:?}"
+        );
+        // Longer than the interrupted statement's 50 ms, with no handler left to stop it.
+        let longer = counting(3_000_000);
+        let started = Instant::now();
+        sqlx::query(&longer).execute(store.pool()).await.unwrap();
+        assert!(started.elapsed() > Duration::from_millis(50), "the check needs a statement past 50 ms");
+        let runs: i64 = sqlx::query_scalar("SELECT count(*) FROM report_runs")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(runs, 1, "the interrupted statement wrote nothing");
+    }
+}
