@@ -124,7 +124,7 @@ impl SqliteStore {
             // indexes, each with a cache of its own) grew the process with the period: peak RSS
             // 39, 46, 72, 84 MiB at 2k, 10k, 100k, 200k attempts (BENCHMARKS.md). The soft
             // limit makes SQLite reuse cache pages before allocating more (never failing an
-            // allocation because of it); with it, 41 MiB at 10k and 45 MiB at 100k. It is one
+            // allocation because of it); with it, 39-44 MiB from 2k to 200k (debug build). It is one
             // limit for the whole process, set by every connection alike.
             .pragma("soft_heap_limit", SQLITE_SOFT_HEAP_BYTES_MAX.to_string())
             .busy_timeout(options.busy_timeout)
