@@ -21,6 +21,8 @@ use crate::secret::Secret;
 /// Where the demo token is kept unless `embedded.demo_token_file` says otherwise; relative to
 /// the working directory of `serve` (and of the CLI client, which reads it).
 pub const DEMO_TOKEN_FILE_DEFAULT: &str = "chargeguard-data/demo-token";
+/// The file beside the demo token that names the running built-in simulator.
+const SIMULATOR_URL_FILE: &str = "simulator-url";
 /// The consumer name the demo token authenticates.
 pub const DEMO_CONSUMER: &str = "demo";
 /// Where the demo operator's token is kept: beside the demo token, whatever its file is called.
@@ -52,6 +54,8 @@ pub enum TokenFileError {
     TooOpen { path: String, mode: u32 },
     #[error("token file {path} does not hold a token (empty, too long or not printable ASCII)")]
     Malformed { path: String },
+    #[error("{path} does not hold the built-in simulator's http:// URL")]
+    MalformedUrl { path: String },
 }
 
 /// The demo consumer, creating its token file (mode 0600, in a 0700 directory) on first use and
@@ -108,6 +112,51 @@ pub fn read_token_file(path: &Path) -> Result<Secret, TokenFileError> {
         return Err(TokenFileError::Malformed { path: display });
     }
     Ok(Secret::new(token))
+}
+
+/// Beside the demo token: where `serve` records the address of its built-in simulator (which
+/// listens on `embedded.simulator_listen`, a random port by default), so that `chargeguard
+/// report` run from the same directory lists what the first run's charges made there.
+pub fn simulator_url_file(demo_token_file: &Path) -> PathBuf {
+    demo_token_file.with_file_name(SIMULATOR_URL_FILE)
+}
+
+/// Records the running built-in simulator's URL (mode 0600, in a 0700 directory, replaced
+/// whole): a report trusts what this file names as the provider.
+pub fn record_simulator_url(demo_token_file: &Path, url: &str) -> std::io::Result<()> {
+    let path = simulator_url_file(demo_token_file);
+    if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(parent)?;
+    }
+    let partial = path.with_extension(format!("partial-{}", std::process::id()));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&partial)?;
+    file.write_all(format!("{url}\n").as_bytes())?;
+    drop(file);
+    std::fs::rename(&partial, &path)
+}
+
+/// The URL `serve` recorded for its built-in simulator, from a file only its owner can read.
+pub fn recorded_simulator_url(demo_token_file: &Path) -> Result<String, TokenFileError> {
+    let path = simulator_url_file(demo_token_file);
+    let display = path.display().to_string();
+    let read_error = |source| TokenFileError::Read { path: display.clone(), source };
+    let file = std::fs::File::open(&path).map_err(read_error)?;
+    refuse_open_permissions(&file, &display)?;
+    let mut contents = String::new();
+    file.take(TOKEN_FILE_BYTES_MAX + 1).read_to_string(&mut contents).map_err(read_error)?;
+    let url = contents.trim();
+    if !url.starts_with("http://") || !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(TokenFileError::MalformedUrl { path: display });
+    }
+    Ok(url.to_owned())
 }
 
 #[cfg(unix)]

@@ -28,10 +28,8 @@ use crate::tls::{CurrentConfig, HttpsListener, Port, Reloader, TlsFiles};
 /// How often the health service re-checks the database.
 const HEALTH_CHECK_INTERVAL: Duration = Duration::from_secs(2);
 /// Health service names that follow the database: NOT_SERVING while `store.ping()` fails.
-const READINESS_SERVICES: [&str; 2] = ["", proto::payments_server::SERVICE_NAME];
-/// Follows the database too where reports can run (PostgreSQL); NOT_SERVING on the embedded
-/// store, where every Reports call is refused.
-const REPORTS_SERVICE: &str = proto::reports_server::SERVICE_NAME;
+const READINESS_SERVICES: [&str; 3] =
+    ["", proto::payments_server::SERVICE_NAME, proto::reports_server::SERVICE_NAME];
 /// A health service name that is SERVING while the process runs, whatever the database does:
 /// for liveness probes, which must not restart a process because its database is down.
 pub const LIVENESS_SERVICE: &str = "liveness";
@@ -44,8 +42,7 @@ pub struct Core {
     config: Config,
     orchestrator: Orchestrator,
     store: Arc<dyn AttemptStore>,
-    /// `None` on the embedded store.
-    reporter: Option<Reporter>,
+    reporter: Reporter,
     inbox: Arc<dyn InboxStore>,
     /// The built-in simulator, when no provider key is configured; stopped after the servers.
     simulator: Option<SimulatorHandle>,
@@ -75,10 +72,10 @@ impl Core {
         if config.database.migrate_on_start {
             opened.migrate().await.context("applying migrations")?;
         }
-        // Reports stage and join in PostgreSQL; on the embedded store they are unavailable.
-        let report_store: Option<Arc<dyn ReportStore>> = match &opened {
-            OpenedStore::Postgres(postgres) => Some(Arc::new(postgres.clone())),
-            OpenedStore::Sqlite(_) => None,
+        // Reports stage and join in the database, on either store.
+        let report_store: Arc<dyn ReportStore> = match &opened {
+            OpenedStore::Postgres(postgres) => Arc::new(postgres.clone()),
+            OpenedStore::Sqlite(sqlite) => Arc::new(sqlite.clone()),
         };
         let inbox: Arc<dyn InboxStore> = match &opened {
             OpenedStore::Postgres(postgres) => Arc::new(postgres.clone()),
@@ -86,9 +83,8 @@ impl Core {
         };
         let store: Arc<dyn AttemptStore> = opened.into_store();
         let provider: Arc<dyn PaymentProvider> = Arc::new(StripeProvider::new(StripeProviderConfig::from_config(&config.provider)?)?);
-        let reporter = report_store.map(|report_store| {
-            Reporter::new(report_store, provider.clone(), clock.clone(), ReportSettings::from_config(&config.report))
-        });
+        let reporter =
+            Reporter::new(report_store, provider.clone(), clock.clone(), ReportSettings::from_config(&config.report));
         let orchestrator = Orchestrator::new(store.clone(), provider, clock, config.orchestrator_settings());
         Ok(Self { config, orchestrator, store, inbox, reporter, simulator })
     }
@@ -179,7 +175,7 @@ impl Application {
                 .into_server()
                 .max_decoding_message_size(request_bytes_max);
         let finance = crate::finance::FinanceState {
-            reporter: core.reporter.clone(),
+            reporter: Some(core.reporter.clone()),
             logins: finance_logins,
             operators: Operators::from_config(&core.config.operators),
             consumers: authenticator.clone(),
@@ -193,12 +189,9 @@ impl Application {
         let shutdown = self.shutdown.clone();
         let store = core.store.clone();
         health_reporter.set_service_status(LIVENESS_SERVICE, tonic_health::ServingStatus::Serving).await;
-        let mut readiness = READINESS_SERVICES.to_vec();
-        if core.reporter.is_some() {
-            readiness.push(REPORTS_SERVICE);
-        }
-        // Not ready until the database has answered once (Reports never, where reports cannot run).
-        for service in READINESS_SERVICES.into_iter().chain([REPORTS_SERVICE]) {
+        let readiness = READINESS_SERVICES.to_vec();
+        // Not ready until the database has answered once.
+        for service in READINESS_SERVICES {
             health_reporter.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
         }
         let mut health_task = tokio::spawn({
@@ -406,6 +399,9 @@ async fn start_embedded_simulator(config: &mut Config) -> anyhow::Result<Option<
     let simulator = crate::simulator::spawn(crate::simulator::SimulatorConfig::default(), listener).await?;
     config.provider.api_key = Some(Secret::new(crate::simulator::DEFAULT_API_KEY));
     config.provider.base_url = Some(simulator.base_url());
+    // `chargeguard report` from the same directory lists this simulator.
+    crate::embedded::record_simulator_url(&config.embedded.demo_token_file, &simulator.base_url())
+        .context("recording the built-in simulator's URL beside embedded.demo_token_file")?;
     tracing::warn!(
         simulator_url = %simulator.base_url(),
         "no provider.api_key configured: charging the built-in Stripe simulator at {}, not Stripe; no real money moves",

@@ -58,8 +58,7 @@ impl Operators {
 }
 
 pub struct ReportsService {
-    /// `None` on the embedded store: reports need PostgreSQL.
-    reporter: Option<Reporter>,
+    reporter: Reporter,
     operators: Operators,
     consumers: Authenticator,
     /// Where `CreateFinanceLogin` tickets go; `None` refuses the call.
@@ -74,7 +73,7 @@ pub struct FinanceLinks {
 }
 
 impl ReportsService {
-    pub fn new(reporter: Option<Reporter>, operators: Operators, consumers: Authenticator) -> Self {
+    pub fn new(reporter: Reporter, operators: Operators, consumers: Authenticator) -> Self {
         Self {
             reporter,
             operators,
@@ -122,10 +121,7 @@ impl Reports for ReportsService {
         request: Request<proto::ReconciliationRequest>,
     ) -> Result<Response<Self::StreamReconciliationStream>, Status> {
         let operator = self.authorize(&request)?;
-        let reporter = self
-            .reporter
-            .clone()
-            .ok_or_else(status::reports_unavailable)?;
+        let reporter = self.reporter.clone();
         let period = period(request.get_ref(), reporter.settings().period_days_max)?;
         tracing::info!(%operator, from = %period.from(), to = %period.to(), "reconciliation report requested");
         let (sender, receiver) = mpsc::channel(CHUNKS_BUFFERED_MAX);

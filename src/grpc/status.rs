@@ -98,15 +98,6 @@ pub fn permission_denied(message: String) -> Status {
     status(Code::PermissionDenied, "permission_denied", message, None)
 }
 
-pub fn reports_unavailable() -> Status {
-    status(
-        Code::FailedPrecondition,
-        "reports_unavailable",
-        "reports need PostgreSQL; this server keeps its attempts in the embedded store".to_owned(),
-        None,
-    )
-}
-
 pub fn from_report(error: crate::report::ReportError) -> Status {
     use crate::report::ReportError;
     match error {

@@ -6,17 +6,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 
 use super::render::{Format, write_report};
 use super::{ReportPeriod, ReportSettings, Reporter};
 use crate::clock::SystemClock;
-use crate::config::Config;
+use crate::config::{Config, DatabaseConfig};
 use crate::provider::{StripeProvider, StripeProviderConfig};
-use crate::store::postgres::PostgresPoolOptions;
-use crate::store::{DatabaseLocation, PostgresStore};
+use crate::secret::Secret;
+use crate::store::{DatabaseLocation, OpenedStore, ReportStore, open};
 
 /// The CLI's pool: staging and row pages run one at a time.
 const CLI_CONNECTIONS_MAX: u32 = 2;
@@ -61,28 +60,56 @@ async fn produce(config_file: Option<&Path>, args: &ReportArgs) -> anyhow::Resul
     config.validate()?;
     let settings = ReportSettings::from_config(&config.report);
     let period = ReportPeriod::parse(&args.from, &args.to, settings.period_days_max)?;
-    let database_url = config
-        .database
-        .url
-        .as_ref()
-        .context("database.url is not set (CHARGEGUARD_DATABASE__URL)")?;
+    // The store `serve` uses: PostgreSQL at database.url, else the embedded SQLite file
+    // (database.sqlite_path by default), so a first run's report needs nothing but the period.
     let location = DatabaseLocation::from_config(&config.database)?;
-    anyhow::ensure!(
-        location == DatabaseLocation::Postgres,
-        "reports need PostgreSQL; {} is not",
-        location.describe()
-    );
-    let store = PostgresStore::connect_lazy(
-        database_url.expose(),
-        &PostgresPoolOptions {
-            connections_max: CLI_CONNECTIONS_MAX,
-            acquire_timeout: Duration::from_millis(config.database.acquire_timeout_ms),
-            statement_timeout: Duration::from_millis(config.database.statement_timeout_ms),
-        },
-    )?;
-    let provider = StripeProvider::new(StripeProviderConfig::from_config(&config.provider)?)?;
+    if let DatabaseLocation::SqliteUrl(path) | DatabaseLocation::SqliteDefault(path) = &location {
+        // A report never creates a database: an empty one would report a clean nothing.
+        anyhow::ensure!(
+            path.is_file(),
+            "no database at {}: `chargeguard serve` creates it on its first start",
+            path.display()
+        );
+    }
+    let database = DatabaseConfig {
+        connections_max: CLI_CONNECTIONS_MAX,
+        ..config.database.clone()
+    };
+    let opened = open(&database)
+        .await
+        .with_context(|| format!("opening {}", location.describe()))?;
+    let store: Arc<dyn ReportStore> = match opened {
+        OpenedStore::Postgres(store) => Arc::new(store),
+        OpenedStore::Sqlite(store) => {
+            // The embedded file is chargeguard's alone, and its report staging came with a
+            // later migration than a first run's file may have: apply what is missing, as
+            // `serve` does at start (database.migrate_on_start). A PostgreSQL database is
+            // migrated by its deployment, as before.
+            if config.database.migrate_on_start {
+                store.migrate().await.context("applying migrations")?;
+            }
+            Arc::new(store)
+        }
+    };
+    let mut provider_config = config.provider.clone();
+    if provider_config.api_key.is_none() {
+        // No provider key: `serve` charges its built-in simulator, whose objects live in that
+        // process. The report lists them there, at the URL serve recorded.
+        let token_file = &config.embedded.demo_token_file;
+        let url = crate::embedded::recorded_simulator_url(token_file).with_context(|| {
+            format!(
+                "provider.api_key is not set, and no built-in simulator is recorded at {}: \
+                 the report lists the simulator of a running `chargeguard serve` started from \
+                 this directory",
+                crate::embedded::simulator_url_file(token_file).display()
+            )
+        })?;
+        provider_config.api_key = Some(Secret::new(crate::simulator::DEFAULT_API_KEY));
+        provider_config.base_url = Some(url);
+    }
+    let provider = StripeProvider::new(StripeProviderConfig::from_config(&provider_config)?)?;
     let reporter = Reporter::new(
-        Arc::new(store),
+        store,
         Arc::new(provider),
         Arc::new(SystemClock),
         settings,

@@ -12,6 +12,7 @@ mod row;
 pub mod sqlite;
 mod sqlite_inbox;
 mod sqlite_refund;
+mod sqlite_report;
 pub mod postgres_bench;
 mod postgres_report;
 pub mod refund;

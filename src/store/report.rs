@@ -1,7 +1,8 @@
 //! Storage for reconciliation reports: per-run staging of the provider's objects, the join with
 //! `payment_attempts` done by the database, and the joined rows read back in bounded pages.
-//! PostgreSQL only (`postgres_report.rs`): reports need a database that can join a period's
-//! worth of rows without the process holding them.
+//! Both stores implement it with the same statements (`postgres_report.rs`,
+//! `sqlite_report.rs`): the database joins a period's worth of rows without the process holding
+//! them, and both give `report::classify` the same `JoinedRow`s.
 
 use std::time::Duration;
 

@@ -342,7 +342,8 @@ fn categories_of(report: &serde_json::Value, operation: &str) -> BTreeMap<String
         .collect()
 }
 
-/// Reports (PostgreSQL only): attempts of one operation are one business operation.
+/// Reports: attempts of one operation are one business operation. On PostgreSQL only because
+/// the test seeds with PostgreSQL's SQL; the report itself runs on both stores (`reports`).
 #[tokio::test]
 async fn reports_count_attempts_of_one_operation_as_one_and_flag_a_second_charge_as_double() {
     let app = TestApp::spawn().await;

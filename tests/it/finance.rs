@@ -52,13 +52,9 @@ async fn seed(app: &TestApp) {
     for key in ["finance-today-1", "finance-today-2", "finance-today-mismatch", "finance-old-1"] {
         charge(app, key, "pm_card_visa").await;
     }
-    sql(app, "UPDATE payment_attempts SET amount_minor = 999 WHERE operation_key = $1", &["finance-today-mismatch"]).await;
-    sql(
-        app,
-        "UPDATE payment_attempts SET created_at = created_at - interval '4 days' WHERE operation_key = $1",
-        &["finance-old-1"],
-    )
-    .await;
+    // PostgreSQL spelling: this test runs on PostgreSQL only (TestApp::spawn).
+    sql(app, "UPDATE payment_attempts SET amount_minor = 999 WHERE operation_key = 'finance-today-mismatch'").await;
+    sql(app, "UPDATE payment_attempts SET created_at = created_at - interval '4 days' WHERE operation_key = 'finance-old-1'").await;
 }
 
 #[tokio::test]

@@ -1,6 +1,8 @@
 //! Reconciliation reports (issue 6) against the simulator and a real database: discrepancies
 //! of every category seeded through the simulator's controls and direct table writes, the
-//! `chargeguard report` binary's formats and exit codes, and the `Reports` gRPC stream.
+//! `chargeguard report` binary's formats and exit codes, and the `Reports` gRPC stream. Every
+//! test runs on both stores (`reports::postgres::…`, `reports::sqlite::…`), and the binary on a
+//! first run's embedded store with nothing but the period.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,18 +19,15 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tonic::Code;
 
+use crate::ops::process::{ServeProcess, command};
 use crate::support::{
-    Backend, ORDERS_TOKEN, SIM_API_KEY, TestApp, authed, charge_request, error_code,
+    Backend, ORDERS_TOKEN, SIM_API_KEY, TestApp, authed, charge_request, on_both_backends,
 };
 
 const FINANCE_TOKEN: &str = "finance-token-0123456789";
 const ADMIN_TOKEN: &str = "admin-token-0123456789";
 
-async fn spawn_app() -> TestApp {
-    spawn_app_on(Backend::Postgres).await
-}
-
-async fn spawn_app_on(backend: Backend) -> TestApp {
+pub(crate) async fn spawn_app_on(backend: Backend) -> TestApp {
     TestApp::spawn_backend_with(backend, |config| {
         config.operators = vec![
             OperatorConfig {
@@ -111,14 +110,64 @@ pub(crate) async fn run_json(app: &TestApp, extra: &[(&str, &str)]) -> (i32, Val
     (run.code, report)
 }
 
-pub(crate) async fn sql(app: &TestApp, statement: &str, binds: &[&str]) {
-    let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
-    let mut query = sqlx::query(statement);
-    for bind in binds {
-        query = query.bind(*bind);
+/// Runs one statement on the app's store, as an operator would.
+pub(crate) async fn sql(app: &TestApp, statement: &str) {
+    app.database.execute(statement).await;
+}
+
+/// The few expressions seeding statements need, spelled for the app's store: PostgreSQL's
+/// `uuid` and `timestamptz`, SQLite's 16-byte blobs and integer microseconds.
+pub(crate) struct Dialect(Backend);
+
+impl Dialect {
+    pub(crate) fn of(app: &TestApp) -> Self {
+        Self(app.database.backend)
     }
-    query.execute(&pool).await.unwrap();
-    pool.close().await;
+
+    /// An attempt id as a literal of the id column's type.
+    pub(crate) fn id(&self, uuid: &str) -> String {
+        match self.0 {
+            Backend::Postgres => format!("'{uuid}'::uuid"),
+            Backend::Sqlite => format!("X'{}'", uuid.replace('-', "")),
+        }
+    }
+
+    pub(crate) fn new_id(&self) -> &'static str {
+        match self.0 {
+            Backend::Postgres => "gen_random_uuid()",
+            Backend::Sqlite => "randomblob(16)",
+        }
+    }
+
+    pub(crate) fn now(&self) -> &'static str {
+        match self.0 {
+            Backend::Postgres => "now()",
+            Backend::Sqlite => "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",
+        }
+    }
+
+    pub(crate) fn hours_ago(&self, hours: u32) -> String {
+        match self.0 {
+            Backend::Postgres => format!("now() - interval '{hours} hours'"),
+            Backend::Sqlite => format!("({} - {hours} * 3600000000)", self.now()),
+        }
+    }
+}
+
+/// A count the database makes, on either store.
+async fn count(app: &TestApp, query: &str) -> i64 {
+    use sqlx::Connection;
+    match app.database.sqlite_path() {
+        None => {
+            let mut connection = sqlx::PgConnection::connect(&app.database.url).await.unwrap();
+            sqlx::query_scalar(query).fetch_one(&mut connection).await.unwrap()
+        }
+        Some(path) => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+            let mut connection = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
+            sqlx::query_scalar(query).fetch_one(&mut connection).await.unwrap()
+        }
+    }
 }
 
 /// Charges `operation_key` as `orders`; returns (attempt id, provider payment id).
@@ -141,15 +190,7 @@ async fn pending_charge(app: &TestApp, operation_key: &str) -> String {
         .unwrap();
     let error = app.charge(charge_request(operation_key)).await.unwrap_err();
     assert_eq!(error.code(), Code::Unavailable);
-    let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
-    let (id,): (uuid::Uuid,) =
-        sqlx::query_as("SELECT id FROM payment_attempts WHERE operation_key = $1")
-            .bind(operation_key)
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    pool.close().await;
-    id.to_string()
+    app.attempt_of(operation_key).await.attempt_id
 }
 
 pub(crate) async fn refund(app: &TestApp, payment_intent: &str, amount_minor: i64) {
@@ -198,6 +239,7 @@ struct Seeded {
 async fn seed_every_category(app: &TestApp) -> Seeded {
     let mut expected = BTreeMap::new();
     let sim = app.sim();
+    let dialect = Dialect::of(app);
 
     // Refunded straight at the provider, not through chargeguard: a refund no attempt claims.
     let (_, refunded_intent) = charge(app, "refunded-outside-1", "pm_card_visa").await;
@@ -223,8 +265,10 @@ async fn seed_every_category(app: &TestApp) -> Seeded {
     let (currency_attempt, _) = charge(app, "currency-1", "pm_card_visa").await;
     sql(
         app,
-        "UPDATE payment_attempts SET currency = 'eur' WHERE id = $1::uuid",
-        &[&currency_attempt],
+        &format!(
+            "UPDATE payment_attempts SET currency = 'eur' WHERE id = {}",
+            dialect.id(&currency_attempt)
+        ),
     )
     .await;
     expected.insert("currency-1".to_owned(), "amount_mismatch");
@@ -258,15 +302,18 @@ async fn seed_every_category(app: &TestApp) -> Seeded {
         .unwrap();
     expected.insert(foreign.id, "orphan");
 
+    let now = dialect.now();
     sql(
         app,
-        "INSERT INTO payment_attempts (id, consumer, operation_key, kind, amount_minor, currency,
-             payment_method, fingerprint, status, provider, provider_payment_id, idempotency_key,
-             key_window_started_at, next_check_at, created_at, updated_at)
-         VALUES (gen_random_uuid(), 'orders', 'missing-1', 'charge', 2500, 'usd', 'pm_card_visa',
-             'seeded', 'succeeded', 'stripe', 'pi_never_existed', 'seeded-missing-1', now(), now(),
-             now(), now())",
-        &[],
+        &format!(
+            "INSERT INTO payment_attempts (id, consumer, operation_key, kind, amount_minor,
+                 currency, payment_method, fingerprint, status, provider, provider_payment_id,
+                 idempotency_key, key_window_started_at, next_check_at, created_at, updated_at)
+             VALUES ({}, 'orders', 'missing-1', 'charge', 2500, 'usd', 'pm_card_visa', 'seeded',
+                 'succeeded', 'stripe', 'pi_never_existed', 'seeded-missing-1', {now}, {now},
+                 {now}, {now})",
+            dialect.new_id()
+        ),
     )
     .await;
     expected.insert("missing-1".to_owned(), "missing_at_provider");
@@ -281,8 +328,11 @@ async fn seed_every_category(app: &TestApp) -> Seeded {
     let stale = pending_charge(app, "stale-1").await;
     sql(
         app,
-        "UPDATE payment_attempts SET created_at = now() - interval '3 hours' WHERE id = $1::uuid",
-        &[&stale],
+        &format!(
+            "UPDATE payment_attempts SET created_at = {} WHERE id = {}",
+            dialect.hours_ago(3),
+            dialect.id(&stale)
+        ),
     )
     .await;
     expected.insert("stale-1".to_owned(), "stale_unfinished");
@@ -290,9 +340,12 @@ async fn seed_every_category(app: &TestApp) -> Seeded {
     let expired = pending_charge(app, "expired-1").await;
     sql(
         app,
-        "UPDATE payment_attempts SET status = 'failed', failure_code = 'expired', failure_message = 'seeded'
-         WHERE id = $1::uuid",
-        &[&expired],
+        &format!(
+            "UPDATE payment_attempts SET status = 'failed', failure_code = 'expired',
+                 failure_message = 'seeded'
+             WHERE id = {}",
+            dialect.id(&expired)
+        ),
     )
     .await;
     expected.insert("expired-1".to_owned(), "expired");
@@ -338,9 +391,8 @@ pub(crate) fn summary_count(report: &Value, category: &str) -> u64 {
         .unwrap()
 }
 
-#[tokio::test]
-async fn every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up() {
-    let app = spawn_app().await;
+async fn every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up(backend: Backend) {
+    let app = spawn_app_on(backend).await;
     let seeded = seed_every_category(&app).await;
     // Pages of two rows and provider pages of two objects in ten-minute windows: the run
     // crosses every page and window boundary the defaults would hide.
@@ -447,9 +499,8 @@ async fn every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up() 
     assert_eq!(totals["eur"]["provider_succeeded_minor"], 0);
 }
 
-#[tokio::test]
-async fn csv_parses_back_and_html_is_one_self_contained_escaped_page() {
-    let app = spawn_app().await;
+async fn csv_parses_back_and_html_is_one_self_contained_escaped_page(backend: Backend) {
+    let app = spawn_app_on(backend).await;
     let seeded = seed_every_category(&app).await;
     let directory = tempfile::tempdir().unwrap();
     let (from, to) = period();
@@ -593,9 +644,8 @@ async fn stream(
     Ok((summary, rows))
 }
 
-#[tokio::test]
-async fn the_grpc_stream_returns_the_same_rows_to_finance_and_admin_and_refuses_consumers() {
-    let app = spawn_app().await;
+async fn the_grpc_stream_returns_the_same_rows_to_finance_and_admin_and_refuses_consumers(backend: Backend) {
+    let app = spawn_app_on(backend).await;
     seed_every_category(&app).await;
     let (_, report) = run_json(&app, &[]).await;
     let from_cli: Vec<(String, String, BTreeSet<String>)> = report["rows"]
@@ -653,9 +703,8 @@ async fn the_grpc_stream_returns_the_same_rows_to_finance_and_admin_and_refuses_
     assert_eq!(unknown.code(), Code::Unauthenticated);
 }
 
-#[tokio::test]
-async fn a_clean_period_reports_clean_and_exits_zero() {
-    let app = spawn_app().await;
+async fn a_clean_period_reports_clean_and_exits_zero(backend: Backend) {
+    let app = spawn_app_on(backend).await;
     charge(&app, "clean-1", "pm_card_visa").await;
     charge(&app, "clean-2", "pm_card_chargeDeclined").await;
     let (from, to) = period();
@@ -704,9 +753,8 @@ async fn a_clean_period_reports_clean_and_exits_zero() {
     assert_eq!((summary.discrepancies, rows.len()), (0, 2));
 }
 
-#[tokio::test]
-async fn errors_exit_two_and_leave_no_output_file() {
-    let app = spawn_app().await;
+async fn errors_exit_two_and_leave_no_output_file(backend: Backend) {
+    let app = spawn_app_on(backend).await;
     let directory = tempfile::tempdir().unwrap();
     let output = directory.path().join("report.csv");
     let output_arg = output.display().to_string();
@@ -757,35 +805,12 @@ async fn errors_exit_two_and_leave_no_output_file() {
         "no report file, partial or whole"
     );
 
-    let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
-    let (runs,): (i64,) = sqlx::query_as("SELECT count(*) FROM report_runs")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let runs = count(&app, "SELECT count(*) FROM report_runs").await;
     assert_eq!(runs, 0, "a failed run deletes its staging");
 }
 
-#[tokio::test]
-async fn on_the_embedded_store_reports_are_refused_with_a_reason() {
-    let app = spawn_app_on(Backend::Sqlite).await;
-    let refused = stream(&app, Some(FINANCE_TOKEN)).await.unwrap_err();
-    assert_eq!(refused.code(), Code::FailedPrecondition);
-    assert_eq!(error_code(&refused), "reports_unavailable");
-    assert!(
-        refused.message().contains("PostgreSQL"),
-        "{}",
-        refused.message()
-    );
-    // Authentication still comes first.
-    assert_eq!(
-        stream(&app, Some(ORDERS_TOKEN)).await.unwrap_err().code(),
-        Code::PermissionDenied
-    );
-}
-
-#[tokio::test]
-async fn a_declined_intent_confirmed_again_later_is_reported_as_succeeded_after_failure() {
-    let app = spawn_app().await;
+async fn a_declined_intent_confirmed_again_later_is_reported_as_succeeded_after_failure(backend: Backend) {
+    let app = spawn_app_on(backend).await;
     let (_, intent) = charge(&app, "reconfirmed-1", "pm_card_chargeDeclined").await;
     charge(&app, "declined-2", "pm_card_chargeDeclined").await;
     // Anyone holding the key may confirm a declined intent again (Stripe's checkout does).
@@ -830,3 +855,57 @@ async fn a_declined_intent_confirmed_again_later_is_reported_as_succeeded_after_
         (Some(0), Some(1_000))
     );
 }
+
+/// The first run, as a newcomer makes it: `serve` with nothing configured in an empty
+/// directory (embedded store, built-in simulator, demo consumer), one charge through the CLI
+/// client, then `chargeguard report` from the same directory with nothing but the period.
+#[tokio::test]
+async fn the_report_command_reads_a_first_runs_embedded_store_with_only_the_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ServeProcess::start(command(dir.path()), &[]);
+    server.wait_ready().await;
+    let charged = command(dir.path())
+        .args(["charge", "--operation", "first-run-1", "--amount", "2000", "--currency", "usd"])
+        .args(["--payment-method", "pm_card_visa"])
+        .args(["--server", &format!("http://{}", server.grpc_addr)])
+        .output()
+        .await
+        .unwrap();
+    assert!(charged.status.success(), "{}", String::from_utf8_lossy(&charged.stderr));
+
+    let today = Utc::now().date_naive().to_string();
+    let report = command(dir.path())
+        .args(["report", "--from", &today, "--to", &today, "--format", "json"])
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&report.stderr);
+    assert_eq!(report.status.code(), Some(0), "a clean first run exits 0: {stderr}");
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(
+        json_categories(&report),
+        BTreeMap::from([("first-run-1".to_owned(), "matched".to_owned())])
+    );
+    assert_eq!(report["summary"]["sources"]["provider_payments_listed"], 1);
+
+    server.terminate();
+    let exit = server.wait_exit().await;
+    assert!(exit.success(), "{}", server.stderr());
+    // Without the server, the built-in simulator's objects are gone: the report says why.
+    let stopped = command(dir.path())
+        .args(["report", "--from", &today, "--to", &today])
+        .env("CHARGEGUARD_REPORT__PROVIDER_READ_ATTEMPTS_MAX", "1")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(stopped.status.code(), Some(2));
+}
+
+on_both_backends!(
+    every_seeded_discrepancy_lands_in_its_category_and_the_totals_add_up,
+    csv_parses_back_and_html_is_one_self_contained_escaped_page,
+    the_grpc_stream_returns_the_same_rows_to_finance_and_admin_and_refuses_consumers,
+    a_clean_period_reports_clean_and_exits_zero,
+    errors_exit_two_and_leave_no_output_file,
+    a_declined_intent_confirmed_again_later_is_reported_as_succeeded_after_failure,
+);

@@ -1,7 +1,8 @@
 //! The report's refund categories and "ours refunded" (issue 15) against the simulator and a
-//! real PostgreSQL: refunds made through the real Refund RPC, disagreements made by the
-//! simulator's controls while chargeguard hears no webhook, disputes recorded by the real
-//! webhook path (`Hooked`, from `webhooks.rs`).
+//! real database: refunds made through the real Refund RPC, disagreements made by the
+//! simulator's controls while chargeguard hears no webhook (both stores), disputes and refund
+//! events recorded by the real webhook path (`Hooked`, from `webhooks.rs`: PostgreSQL only on
+//! this branch, whose webhook inbox has no SQLite implementation yet).
 
 use std::collections::BTreeMap;
 
@@ -9,12 +10,12 @@ use chargeguard::grpc::proto;
 use chargeguard::simulator::{Ledger, OpenDispute, RefundMode};
 use serde_json::Value;
 
-use crate::reports::{charge, json_categories, refund, run_json, sql, summary_count};
-use crate::support::refund_request;
+use crate::reports::{Dialect, charge, json_categories, refund, run_json, spawn_app_on, sql, summary_count};
+use crate::support::{Backend, TestApp, on_both_backends, refund_request};
 use crate::webhooks::Hooked;
 
-async fn refunded(hooked: &Hooked, refund_key: &str, charge_key: &str, amount: Option<i64>) -> proto::Attempt {
-    hooked.app.refund(refund_request(refund_key, charge_key, amount)).await.unwrap().attempt.unwrap()
+async fn refunded(app: &TestApp, refund_key: &str, charge_key: &str, amount: Option<i64>) -> proto::Attempt {
+    app.refund(refund_request(refund_key, charge_key, amount)).await.unwrap().attempt.unwrap()
 }
 
 /// Succeeded refunds at the provider, the money really returned, in minor units.
@@ -40,25 +41,39 @@ fn row<'a>(report: &'a Value, operation_key: &str) -> &'a Value {
         .unwrap()
 }
 
+/// A dispute is recorded by its webhook: the only events this test lets chargeguard hear.
 #[tokio::test]
-async fn each_refund_disagreement_and_a_dispute_land_in_their_category() {
+async fn a_dispute_heard_by_webhook_lands_in_disputed() {
     let hooked = Hooked::spawn().await;
     let app = &hooked.app;
-    let mut expected: BTreeMap<String, String> = BTreeMap::new();
-
-    // Disputed: the only events this test lets chargeguard hear.
     let (_, disputed_intent) = charge(app, "rc-disputed", "pm_card_visa").await;
     app.sim()
         .open_dispute(&disputed_intent, OpenDispute { amount: None, reason: Some("product_not_received".into()) })
         .await
         .unwrap();
     hooked.deliver().await;
-    expected.insert("rc-disputed".into(), "disputed".into());
+    charge(app, "rc-undisputed", "pm_card_visa").await;
+
+    let (code, report) = run_json(app, &[]).await;
+    assert_eq!(code, 1, "a dispute is a discrepancy");
+    assert_eq!(
+        json_categories(&report),
+        BTreeMap::from([("rc-disputed".into(), "disputed".into()), ("rc-undisputed".into(), "matched".into())])
+    );
+    let detail = row(&report, "rc-disputed")["detail"].as_str().unwrap().to_owned();
+    assert!(detail.starts_with("dispute: dp_") && detail.contains("product_not_received"), "{detail}");
+}
+
+/// Every refund disagreement, seeded while chargeguard hears no webhook.
+async fn each_refund_disagreement_lands_in_its_category(backend: Backend) {
+    let app = &spawn_app_on(backend).await;
+    let dialect = Dialect::of(app);
+    let mut expected: BTreeMap<String, String> = BTreeMap::new();
 
     // Two partial refunds through chargeguard, as the provider has them.
     charge(app, "rc-matched", "pm_card_visa").await;
-    refunded(&hooked, "rc-matched:refund-1", "rc-matched", Some(300)).await;
-    refunded(&hooked, "rc-matched:refund-2", "rc-matched", Some(200)).await;
+    refunded(app, "rc-matched:refund-1", "rc-matched", Some(300)).await;
+    refunded(app, "rc-matched:refund-2", "rc-matched", Some(200)).await;
     expected.insert("rc-matched".into(), "matched".into());
 
     // Refunded at the provider by someone else.
@@ -68,22 +83,26 @@ async fn each_refund_disagreement_and_a_dispute_land_in_their_category() {
 
     // Our succeeded refund, failed at the provider since (its events never arrived).
     charge(app, "rc-failed", "pm_card_visa").await;
-    let failed = refunded(&hooked, "rc-failed:refund-1", "rc-failed", Some(400)).await;
+    let failed = refunded(app, "rc-failed:refund-1", "rc-failed", Some(400)).await;
     app.sim().fail_refund(&failed.provider_payment_id, None).await.unwrap();
     expected.insert("rc-failed".into(), "refund_mismatch".into());
 
     // Our succeeded refund the provider never had.
     let (missing_charge, _) = charge(app, "rc-missing", "pm_card_visa").await;
+    let now = dialect.now();
     sql(
         app,
-        "INSERT INTO payment_attempts (id, consumer, operation_key, kind, parent_attempt_id,
-             amount_minor, currency, payment_method, fingerprint, status, provider,
-             provider_payment_id, idempotency_key, key_window_started_at, next_check_at,
-             created_at, updated_at)
-         VALUES (gen_random_uuid(), 'orders', 'rc-missing:refund-1', 'refund', $1::uuid, 999,
-             'usd', 'pm_card_visa', 'seeded', 'succeeded', 'stripe', 're_never_existed',
-             'seeded-rc-missing', now(), now(), now(), now())",
-        &[&missing_charge],
+        &format!(
+            "INSERT INTO payment_attempts (id, consumer, operation_key, kind, parent_attempt_id,
+                 amount_minor, currency, payment_method, fingerprint, status, provider,
+                 provider_payment_id, idempotency_key, key_window_started_at, next_check_at,
+                 created_at, updated_at)
+             VALUES ({}, 'orders', 'rc-missing:refund-1', 'refund', {}, 999, 'usd',
+                 'pm_card_visa', 'seeded', 'succeeded', 'stripe', 're_never_existed',
+                 'seeded-rc-missing', {now}, {now}, {now}, {now})",
+            dialect.new_id(),
+            dialect.id(&missing_charge)
+        ),
     )
     .await;
     expected.insert("rc-missing".into(), "refund_mismatch".into());
@@ -91,7 +110,7 @@ async fn each_refund_disagreement_and_a_dispute_land_in_their_category() {
     // Pending when we last heard; succeeded at the provider since.
     charge(app, "rc-beyond", "pm_card_visa").await;
     app.sim().set_refund_mode(RefundMode::Pending).await.unwrap();
-    let pending = refunded(&hooked, "rc-beyond:refund-1", "rc-beyond", Some(300)).await;
+    let pending = refunded(app, "rc-beyond:refund-1", "rc-beyond", Some(300)).await;
     app.sim().set_refund_mode(RefundMode::Succeeded).await.unwrap();
     app.sim().settle_refund(&pending.provider_payment_id).await.unwrap();
     expected.insert("rc-beyond".into(), "refunded_beyond_record".into());
@@ -99,7 +118,7 @@ async fn each_refund_disagreement_and_a_dispute_land_in_their_category() {
     let (code, report) = run_json(app, &[]).await;
     assert_eq!(code, 1, "discrepancies exit 1");
     assert_eq!(json_categories(&report), expected);
-    for (category, rows) in [("refund_mismatch", 2), ("orphan_refund", 1), ("refunded_beyond_record", 1), ("disputed", 1), ("matched", 1)] {
+    for (category, rows) in [("refund_mismatch", 2), ("orphan_refund", 1), ("refunded_beyond_record", 1), ("matched", 1)] {
         assert_eq!(summary_count(&report, category), rows, "{category}");
     }
     let detail = |key: &str| row(&report, key)["detail"].as_str().unwrap().to_owned();
@@ -107,41 +126,32 @@ async fn each_refund_disagreement_and_a_dispute_land_in_their_category() {
     assert!(detail("rc-missing").contains("re_never_existed") && detail("rc-missing").contains("does not list it"), "{}", detail("rc-missing"));
     assert!(detail("rc-orphan").contains("2.50 usd"), "{}", detail("rc-orphan"));
     assert!(detail("rc-beyond").contains("refunded 3.00 usd") && detail("rc-beyond").contains("recorded 0.00 usd"), "{}", detail("rc-beyond"));
-    assert!(detail("rc-disputed").starts_with("dispute: dp_") && detail("rc-disputed").contains("product_not_received"), "{}", detail("rc-disputed"));
     assert_eq!(row(&report, "rc-orphan")["attempt"]["refunds"]["orphans_total"], 1);
     assert_eq!(row(&report, "rc-matched")["attempt"]["refunded_minor"], 500);
 
-    // Ours refunded: what chargeguard recorded succeeded (matched 500, failed 400, missing 999),
-    // summed by the database too; the provider's: what it really returned.
-    let pool = sqlx::PgPool::connect(&app.database.url).await.unwrap();
-    let (recorded,): (i64,) = sqlx::query_as(
-        "SELECT sum(amount_minor)::bigint FROM payment_attempts WHERE kind = 'refund' AND status = 'succeeded'",
-    )
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    pool.close().await;
-    assert_eq!(recorded, 1_899);
-    assert_eq!(usd(&report)["ours_refunded_minor"], recorded);
+    // Ours refunded: what chargeguard recorded succeeded (matched 500, failed 400, missing 999);
+    // the provider's: what it really returned.
+    assert_eq!(usd(&report)["ours_refunded_minor"], 1_899);
     let ledger = app.sim().ledger().await.unwrap();
     assert_eq!(usd(&report)["provider_refunded_minor"], succeeded_at_provider(&ledger));
     assert_eq!(succeeded_at_provider(&ledger), 500 + 250 + 300);
 }
 
+/// The refund events settle the refunds (webhooks: PostgreSQL only on this branch).
 #[tokio::test]
 async fn with_every_event_in_ours_refunded_equals_the_simulators_succeeded_refunds() {
     let hooked = Hooked::spawn().await;
     let app = &hooked.app;
     charge(app, "rr-full", "pm_card_visa").await;
-    refunded(&hooked, "rr-full:refund-1", "rr-full", None).await;
+    refunded(app, "rr-full:refund-1", "rr-full", None).await;
     charge(app, "rr-partial", "pm_card_visa").await;
-    refunded(&hooked, "rr-partial:refund-1", "rr-partial", Some(100)).await;
-    refunded(&hooked, "rr-partial:refund-2", "rr-partial", Some(250)).await;
+    refunded(app, "rr-partial:refund-1", "rr-partial", Some(100)).await;
+    refunded(app, "rr-partial:refund-2", "rr-partial", Some(250)).await;
     charge(app, "rr-failed", "pm_card_visa").await;
-    let failed = refunded(&hooked, "rr-failed:refund-1", "rr-failed", Some(600)).await;
+    let failed = refunded(app, "rr-failed:refund-1", "rr-failed", Some(600)).await;
     charge(app, "rr-settled", "pm_card_visa").await;
     app.sim().set_refund_mode(RefundMode::Pending).await.unwrap();
-    let pending = refunded(&hooked, "rr-settled:refund-1", "rr-settled", Some(700)).await;
+    let pending = refunded(app, "rr-settled:refund-1", "rr-settled", Some(700)).await;
     app.sim().settle_refund(&pending.provider_payment_id).await.unwrap();
     app.sim().fail_refund(&failed.provider_payment_id, Some("expired_or_canceled_card")).await.unwrap();
     hooked.deliver().await;
@@ -157,3 +167,5 @@ async fn with_every_event_in_ours_refunded_equals_the_simulators_succeeded_refun
     assert_eq!(usd(&report)["provider_refunded_minor"], succeeded_at_provider(&ledger));
     assert_eq!(row(&report, "rr-failed")["attempt"]["refunded_minor"], 0);
 }
+
+on_both_backends!(each_refund_disagreement_lands_in_its_category);
