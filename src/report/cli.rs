@@ -26,10 +26,10 @@ pub const EXIT_ERROR: u8 = 2;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
-    /// First day (UTC) or RFC 3339 instant of the period, included.
+    /// First day (UTC; `today` for today's date) or RFC 3339 instant of the period, included.
     #[arg(long)]
     pub from: String,
-    /// Last day (UTC, included) or RFC 3339 instant (excluded) of the period.
+    /// Last day (UTC, included; `today` for today's date) or RFC 3339 instant (excluded) of the period.
     #[arg(long)]
     pub to: String,
     #[arg(long, value_enum, default_value = "csv")]
@@ -59,7 +59,8 @@ async fn produce(config_file: Option<&Path>, args: &ReportArgs) -> anyhow::Resul
     let config = Config::load(config_file)?;
     config.validate()?;
     let settings = ReportSettings::from_config(&config.report);
-    let period = ReportPeriod::parse(&args.from, &args.to, settings.period_days_max)?;
+    let (from, to) = (named_day(&args.from), named_day(&args.to));
+    let period = ReportPeriod::parse(&from, &to, settings.period_days_max)?;
     // The store `serve` uses: PostgreSQL at database.url, else the embedded SQLite file
     // (database.sqlite_path by default), so a first run's report needs nothing but the period.
     let location = DatabaseLocation::from_config(&config.database)?;
@@ -159,3 +160,13 @@ async fn write_to_file(
         }
     }
 }
+
+/// `today` as the UTC date it names (so a README command needs no shell to say it); anything
+/// else as written, for `ReportPeriod::parse` to judge.
+fn named_day(day: &str) -> String {
+    match day {
+        "today" => chrono::Utc::now().date_naive().to_string(),
+        other => other.to_owned(),
+    }
+}
+

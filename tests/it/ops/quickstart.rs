@@ -102,6 +102,15 @@ async fn the_readme_quickstart_serves_on_embedded_defaults_and_charges_once() {
         assert_eq!(row(&refund_table, "status"), "succeeded", "{refund_table}");
     }
 
+    // Finance's report of the day, from the quickstart's own data: exit 0, the charge matched.
+    let report_args = readme_command("quickstart-report");
+    assert_eq!(report_args[0], "report");
+    let report = command(dir.path()).args(&report_args).output().await.unwrap();
+    let csv = String::from_utf8(report.stdout).unwrap();
+    assert!(report.status.success(), "exit {:?}: {}\n{csv}", report.status.code(), String::from_utf8_lossy(&report.stderr));
+    let charge_line = csv.lines().find(|line| line.contains(&row(&table, "attempt_id"))).unwrap_or_else(|| panic!("the charge is in the report:\n{csv}"));
+    assert!(charge_line.contains("matched"), "{charge_line}");
+
     // The server's own /metrics counted both answers.
     let metrics = reqwest::get(format!("http://{}/metrics", server.http_addr))
         .await
