@@ -218,16 +218,8 @@ fn period_of(state: &FinanceState, query: &PeriodQuery) -> Result<(Reporter, Nai
 }
 
 async fn finance_page(State(state): State<FinanceState>, headers: HeaderMap, Query(query): Query<PeriodQuery>) -> Response {
-    let viewer = match authorize(&state, &headers) {
-        Ok(viewer) => viewer,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let (reporter, from, to, period) = match period_of(&state, &query) {
-        Ok(found) => found,
-        Err(unanswerable) => return unanswerable.into_response(),
-    };
-    let report = match prepare(&reporter, period, &viewer).await {
-        Ok(report) => report,
+    let (viewer, from, to, report) = match viewed_report(&state, &headers, &query).await {
+        Ok(viewed) => viewed,
         Err(response) => return response,
     };
     let search: String = query.q.unwrap_or_default().trim().chars().take(SEARCH_CHARS_MAX).collect();
@@ -238,6 +230,19 @@ async fn finance_page(State(state): State<FinanceState>, headers: HeaderMap, Que
         Ok(html) => ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response(),
         Err(error) => report_error_page(error),
     }
+}
+
+/// What the page and the downloads both do first: who asks (401/403), for which period (400,
+/// or 503 without a reporter), and the report prepared for it.
+async fn viewed_report(
+    state: &FinanceState,
+    headers: &HeaderMap,
+    query: &PeriodQuery,
+) -> Result<(Viewer, NaiveDate, NaiveDate, PreparedReport), Response> {
+    let viewer = authorize(state, headers).map_err(IntoResponse::into_response)?;
+    let (reporter, from, to, period) = period_of(state, query).map_err(IntoResponse::into_response)?;
+    let report = prepare(&reporter, period, &viewer).await?;
+    Ok((viewer, from, to, report))
 }
 
 async fn prepare(reporter: &Reporter, period: ReportPeriod, viewer: &Viewer) -> Result<PreparedReport, Response> {
@@ -276,16 +281,8 @@ async fn download_json(state: State<FinanceState>, headers: HeaderMap, query: Qu
 
 /// The report as a file, written page by page as the client reads it.
 async fn download(State(state): State<FinanceState>, headers: HeaderMap, Query(query): Query<PeriodQuery>, format: Download) -> Response {
-    let viewer = match authorize(&state, &headers) {
-        Ok(viewer) => viewer,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let (reporter, from, to, period) = match period_of(&state, &query) {
-        Ok(found) => found,
-        Err(unanswerable) => return unanswerable.into_response(),
-    };
-    let report = match prepare(&reporter, period, &viewer).await {
-        Ok(report) => report,
+    let (_, from, to, report) = match viewed_report(&state, &headers, &query).await {
+        Ok(viewed) => viewed,
         Err(response) => return response,
     };
     let (content_type, extension) = match format {
