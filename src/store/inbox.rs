@@ -167,6 +167,45 @@ pub struct RefundUpdate {
     pub review_reason: Option<String>,
 }
 
+/// What a refund event came to, from what each of its refunds did: the strongest that happened
+/// (failed after success, then applied, else stale). Both stores settle refund events through
+/// it, so the rule lives here once.
+#[derive(Debug)]
+pub struct RefundEventOutcome {
+    outcome: InboxOutcome,
+    detail: Option<String>,
+}
+
+impl Default for RefundEventOutcome {
+    fn default() -> Self {
+        Self { outcome: InboxOutcome::Stale, detail: None }
+    }
+}
+
+impl RefundEventOutcome {
+    /// One refund attempt moved forward.
+    pub fn moved(&mut self) {
+        if self.outcome == InboxOutcome::Stale {
+            self.outcome = InboxOutcome::Applied;
+        }
+    }
+
+    /// One refund that had succeeded is now failed at the provider.
+    pub fn failed_after_success(&mut self, update: &RefundUpdate) {
+        self.outcome = InboxOutcome::FailedAfterSuccess;
+        self.detail = Some(format!(
+            "refund {} failed after it succeeded: {}",
+            update.provider_refund_id,
+            update.failure.as_ref().map(|failure| failure.code.as_str()).unwrap_or("failed")
+        ));
+    }
+
+    /// The event's outcome, the attempt it names (its first refund's) and the detail.
+    pub fn finish(self, updates: &[RefundUpdate]) -> (InboxOutcome, Option<AttemptId>, Option<String>) {
+        (self.outcome, updates.first().map(|update| update.attempt_id), self.detail)
+    }
+}
+
 /// What the worker decided for one event; the store applies it atomically with the
 /// de-duplication and the processed mark.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,7 +9,7 @@ use sqlx::{Postgres, Row, Transaction};
 
 use super::inbox::{
     Claim, InboxEvent, InboxInsert, InboxOutcome, InboxStats, InboxStore, NewInboxEvent,
-    PaymentUpdate, PruneCounts, RefundUpdate, SettleEvent, Settlement,
+    PaymentUpdate, PruneCounts, RefundEventOutcome, RefundUpdate, SettleEvent, Settlement,
 };
 use super::postgres::{status_names, unavailable};
 use super::row::optional_attempt;
@@ -360,26 +360,15 @@ async fn apply_refund_updates(
     updates: &[RefundUpdate],
     now: DateTime<Utc>,
 ) -> Result<(InboxOutcome, Option<AttemptId>, Option<String>), StoreError> {
-    let mut outcome = InboxOutcome::Stale;
-    let mut detail = None;
+    let mut event = RefundEventOutcome::default();
     for update in updates {
         if apply_refund_update(tx, update, now).await? {
-            if outcome == InboxOutcome::Stale {
-                outcome = InboxOutcome::Applied;
-            }
-        } else if update.status == AttemptStatus::Failed
-            && fail_succeeded_refund(tx, update, now).await?
-        {
-            outcome = InboxOutcome::FailedAfterSuccess;
-            detail = Some(format!(
-                "refund {} failed after it succeeded: {}",
-                update.provider_refund_id,
-                update.failure.as_ref().map(|failure| failure.code.as_str()).unwrap_or("failed")
-            ));
+            event.moved();
+        } else if update.status == AttemptStatus::Failed && fail_succeeded_refund(tx, update, now).await? {
+            event.failed_after_success(update);
         }
     }
-    let attempt_id = updates.first().map(|update| update.attempt_id);
-    Ok((outcome, attempt_id, detail))
+    Ok(event.finish(updates))
 }
 
 /// A refund attempt moves forward exactly like a payment (`status = ANY(allowed sources)`), and
