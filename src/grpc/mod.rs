@@ -3,6 +3,7 @@
 
 mod auth;
 pub(crate) mod convert;
+mod error_code;
 mod limits;
 mod payments;
 mod reports;
@@ -10,6 +11,7 @@ mod request_size;
 mod status;
 mod undecodable;
 
+pub use error_code::ErrorCode;
 pub use auth::{AuthError, Authenticator, bearer_token, certificate_sha256, hash_token};
 pub use payments::PaymentsService;
 pub use reports::{FinanceLinks, Operators, ReportsService};

@@ -135,12 +135,15 @@ impl Reports for ReportsService {
     ) -> Result<Response<proto::FinanceLoginResponse>, Status> {
         let operator = self.authorize(&request)?;
         let Some(finance) = &self.finance else {
-            return Err(Status::unimplemented("this server has no finance page"));
+            return Err(status::unimplemented("this server has no finance page"));
         };
         let ticket = finance.logins.issue_ticket(Viewer { operator: operator.clone() });
         // The ticket is a secret until used: it goes to the caller only, never to the log.
         tracing::info!(%operator, "finance login link issued");
-        let query = serde_urlencoded::to_string([("ticket", ticket.expose())]).map_err(|_| Status::internal("encoding the ticket"))?;
+        let query = serde_urlencoded::to_string([("ticket", ticket.expose())]).map_err(|error| {
+            tracing::error!(%error, "encoding the finance login ticket");
+            status::internal()
+        })?;
         Ok(Response::new(proto::FinanceLoginResponse {
             path: format!("{LOGIN_PATH}?{query}"),
             http_port: u32::from(finance.http_port),
