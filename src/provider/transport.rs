@@ -83,12 +83,15 @@ impl std::fmt::Debug for PooledStripeClient {
 
 impl PooledStripeClient {
     pub fn new(config: &StripeProviderConfig) -> Result<Self, StripeError> {
-        let api_base = config.base_url.clone().unwrap_or_else(|| STRIPE_API_BASE.to_owned());
-        let parsed = reqwest::Url::parse(&api_base)
+        let configured = config.base_url.clone().unwrap_or_else(|| STRIPE_API_BASE.to_owned());
+        let parsed = reqwest::Url::parse(&configured)
             .map_err(|error| StripeError::ConfigError(format!("provider base URL: {error}")))?;
         if !parsed.path().ends_with('/') {
             return Err(StripeError::ConfigError("provider base URL must end with '/'".to_owned()));
         }
+        // The parsed form: a bare `http://host:port` has the path `/`, which the string as
+        // configured lacks (paths are appended to it).
+        let api_base = parsed.to_string();
         let mut authorization = HeaderValue::try_from(format!("Bearer {}", config.api_key.expose()))
             .map_err(|_| StripeError::ConfigError("the API key is not a valid header value".to_owned()))?;
         authorization.set_sensitive(true);
@@ -236,6 +239,12 @@ mod tests {
     fn a_base_url_without_a_trailing_slash_is_refused() {
         let error = PooledStripeClient::new(&config("http://127.0.0.1:9/v")).unwrap_err();
         assert!(matches!(error, StripeError::ConfigError(message) if message.contains("end with '/'")));
+    }
+
+    #[test]
+    fn a_base_url_of_a_bare_host_gets_its_root_path() {
+        let client = PooledStripeClient::new(&config("http://127.0.0.1:9")).unwrap();
+        assert_eq!(client.api_base, "http://127.0.0.1:9/");
     }
 
     #[test]

@@ -327,6 +327,7 @@ async fn route(app: &App, method: &Method, path: &str, body: &[u8]) -> Result<Re
                 .map_err(|error| fail(StatusCode::BAD_REQUEST, error))?;
             no_content()
         }
+        ("GET", ["faults", "fired"]) => ok_json(app.state().faults.fired()),
         ("DELETE", ["faults"]) => {
             app.state().faults.clear();
             no_content()

@@ -125,6 +125,39 @@ pub enum FaultKind {
     ApplyThenFailSaved,
     /// Applied and saved under the key, then the TCP connection is dropped with no response.
     ApplyThenDrop,
+    /// Each firing one of the faults a provider shows in daily life, chosen by the seeded RNG
+    /// with equal odds: 500 before applying, applied then 500, applied then the connection
+    /// dropped, or this many milliseconds of latency (a timeout for a caller that waits less,
+    /// 409 for a concurrent request with the key). The saved-500 faults are left out: they
+    /// hold a key until it expires, which a long test (the chaos test) cannot wait for.
+    Mixed(u64),
+}
+
+impl FaultKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Latency(_) => "latency",
+            Self::FailBeforeApply => "fail_before_apply",
+            Self::FailSaved => "fail_saved",
+            Self::ApplyThenFail => "apply_then_fail",
+            Self::ApplyThenFailSaved => "apply_then_fail_saved",
+            Self::ApplyThenDrop => "apply_then_drop",
+            Self::Mixed(_) => "mixed",
+        }
+    }
+
+    /// The fault that fires: a mixed one resolved to one of its kinds.
+    fn resolve(self, rng: &mut ChaCha8Rng) -> Self {
+        match self {
+            Self::Mixed(latency_ms) => match rng.gen_range(0..4) {
+                0 => Self::FailBeforeApply,
+                1 => Self::ApplyThenFail,
+                2 => Self::ApplyThenDrop,
+                _ => Self::Latency(latency_ms),
+            },
+            kind => kind,
+        }
+    }
 }
 
 /// When a fault fires.
@@ -169,6 +202,8 @@ struct FaultRule {
 #[derive(Debug)]
 pub struct FaultTable {
     rules: Vec<FaultRule>,
+    /// How often each kind fired since the start (the chaos test's provider-fault figure).
+    fired: std::collections::BTreeMap<&'static str, u64>,
     rules_max: usize,
     latency_ms_max: u64,
 }
@@ -177,6 +212,7 @@ impl FaultTable {
     pub fn new(rules_max: usize, latency_ms_max: u64) -> Self {
         Self {
             rules: Vec::new(),
+            fired: std::collections::BTreeMap::new(),
             rules_max,
             latency_ms_max,
         }
@@ -191,7 +227,7 @@ impl FaultTable {
             }
             _ => {}
         }
-        if let FaultKind::Latency(ms) = spec.kind
+        if let FaultKind::Latency(ms) | FaultKind::Mixed(ms) = spec.kind
             && ms > self.latency_ms_max
         {
             return Err(format!("latency is limited to {} ms", self.latency_ms_max));
@@ -228,16 +264,24 @@ impl FaultTable {
             })?;
         let rule = &mut self.rules[index];
         let kind = rule.spec.kind;
-        match &mut rule.spec.trigger {
+        let fires = match &mut rule.spec.trigger {
             FaultTrigger::Next(count) => {
                 *count -= 1;
                 if *count == 0 {
                     self.rules.remove(index);
                 }
-                Some(kind)
+                true
             }
-            FaultTrigger::Probability(p) => rng.gen_bool(*p).then_some(kind),
-        }
+            FaultTrigger::Probability(p) => rng.gen_bool(*p),
+        };
+        let fired = fires.then(|| kind.resolve(rng))?;
+        *self.fired.entry(fired.name()).or_default() += 1;
+        Some(fired)
+    }
+
+    /// How often each kind of fault fired, by name.
+    pub fn fired(&self) -> &std::collections::BTreeMap<&'static str, u64> {
+        &self.fired
     }
 }
 
@@ -278,6 +322,18 @@ mod tests {
                 FaultSpec::next(FaultKind::ApplyThenFail, 4)
             )]
         );
+    }
+
+    #[test]
+    fn a_mixed_fault_fires_each_of_its_kinds_and_counts_them() {
+        let mut table = FaultTable::new(8, 1000);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        table.set(FaultTarget::All, FaultSpec::probability(FaultKind::Mixed(700), 1.0)).unwrap();
+        let drawn: std::collections::BTreeSet<&str> =
+            (0..200).filter_map(|_| table.draw(Endpoint::CreatePaymentIntent, &mut rng)).map(FaultKind::name).collect();
+        assert_eq!(drawn, ["apply_then_drop", "apply_then_fail", "fail_before_apply", "latency"].into());
+        assert_eq!(table.fired().values().sum::<u64>(), 200);
+        assert!(table.set(FaultTarget::All, FaultSpec::probability(FaultKind::Mixed(1001), 0.1)).is_err());
     }
 
     #[test]

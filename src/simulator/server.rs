@@ -337,17 +337,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_owned()))
 }
 
-fn fault_name(kind: FaultKind) -> &'static str {
-    match kind {
-        FaultKind::Latency(_) => "latency",
-        FaultKind::FailBeforeApply => "fail_before_apply",
-        FaultKind::FailSaved => "fail_saved",
-        FaultKind::ApplyThenFail => "apply_then_fail",
-        FaultKind::ApplyThenFailSaved => "apply_then_fail_saved",
-        FaultKind::ApplyThenDrop => "apply_then_drop",
-    }
-}
-
 fn injected_failure() -> ApiError {
     ApiError::new(
         500,
@@ -487,7 +476,7 @@ async fn run_api(
         let state = &mut *guard;
         state.catch_up(now);
         let fault = state.faults.draw(endpoint, &mut state.fault_rng);
-        log.fault = fault.map(|kind| fault_name(kind).to_owned());
+        log.fault = fault.map(|kind| kind.name().to_owned());
         if fault == Some(FaultKind::FailBeforeApply) {
             return reject(injected_failure());
         }

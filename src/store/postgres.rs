@@ -41,12 +41,19 @@ impl PostgresStore {
         let connect_options: PgConnectOptions = url
             .parse::<PgConnectOptions>()
             .map_err(|error| StoreError::Unavailable(format!("bad database url: {error}")))?
-            .options([(
-                "statement_timeout",
-                format!("{}", options.statement_timeout.as_millis()),
-            )])
             .log_statements(tracing::log::LevelFilter::Trace);
+        // Set by a statement on each new connection rather than as a startup `options`
+        // parameter, which pgbouncer refuses (README "Deploying"): the lease's bound on a round
+        // counts on every statement being cut off at this timeout, through a pooler or not.
+        let set_statement_timeout = format!("SET statement_timeout = {}", options.statement_timeout.as_millis());
         let pool = PgPoolOptions::new()
+            .after_connect(move |connection, _meta| {
+                let set_statement_timeout = set_statement_timeout.clone();
+                Box::pin(async move {
+                    sqlx::Executor::execute(connection, set_statement_timeout.as_str()).await?;
+                    Ok(())
+                })
+            })
             .max_connections(options.connections_max)
             .acquire_timeout(options.acquire_timeout)
             // sqlx pings every connection it hands out by default: one more round trip per

@@ -6,6 +6,7 @@ mod support;
 
 mod attempt_numbers;
 mod bench;
+mod e2e;
 mod charge;
 mod embedded;
 mod finance;

@@ -105,13 +105,13 @@ fn postgres_bin() -> &'static Path {
     })
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
 }
 
 /// The server refuses to run as root: as root, its tools run as the `postgres` user.
-fn as_server_user(program: PathBuf) -> Command {
+pub fn as_server_user(program: PathBuf) -> Command {
     if is_root() {
         let mut command = Command::new("runuser");
         command.args(["-u", "postgres", "--"]).arg(program);
@@ -182,6 +182,13 @@ fn stop_immediately(data_dir: &Path) {
     let _ = pg_ctl.output();
 }
 
+#[derive(Debug, Clone, Copy)]
+enum Commits {
+    /// Acknowledged before the WAL is written (fast; a crash of the server may lose the last).
+    Asynchronous,
+    Synchronous,
+}
+
 /// A PostgreSQL cluster of one test, started under libfaketime; stopped (immediate) and removed
 /// when dropped.
 pub struct FakeClockCluster {
@@ -194,10 +201,46 @@ pub struct FakeClockCluster {
 impl FakeClockCluster {
     /// initdb (trust auth), then start on a free port with the clock at the real time.
     pub async fn start() -> Self {
-        tokio::task::spawn_blocking(Self::start_blocking).await.expect("cluster start task")
+        tokio::task::spawn_blocking(|| Self::start_blocking(Commits::Asynchronous)).await.expect("cluster start task")
     }
 
-    fn start_blocking() -> Self {
+    /// As [`Self::start`], with every commit in the WAL before it is acknowledged, so that an
+    /// immediate restart ([`Self::restart_immediately`]) loses nothing a client was told was
+    /// committed (the chaos test restarts the database under load).
+    pub async fn start_durable() -> Self {
+        tokio::task::spawn_blocking(|| Self::start_blocking(Commits::Synchronous)).await.expect("cluster start task")
+    }
+
+    /// `pg_ctl restart -m immediate`: every backend killed without a checkpoint, then crash
+    /// recovery from the WAL, as after a power cut of the database's host (the OS's page cache
+    /// survives it, which is why fsync stays off).
+    pub async fn restart_immediately(&self) {
+        let data_dir = self.data_dir();
+        let log = self.dir.path().join("server.log");
+        let timestamp_file = self.timestamp_file();
+        tokio::task::spawn_blocking(move || {
+            let mut pg_ctl = as_server_user(postgres_bin().join("pg_ctl"));
+            pg_ctl
+                .env("LD_PRELOAD", libfaketime())
+                .env("FAKETIME_TIMESTAMP_FILE", timestamp_file)
+                .env("FAKETIME_NO_CACHE", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+                .arg("-D")
+                .arg(&data_dir)
+                .arg("-l")
+                .arg(&log)
+                .args(["-w", "-t", START_WAIT_SECONDS, "-m", "immediate", "restart"]);
+            run(pg_ctl, "pg_ctl restart -m immediate");
+        })
+        .await
+        .expect("cluster restart task");
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn start_blocking(commits: Commits) -> Self {
         static LEFTOVERS_REMOVED: OnceLock<()> = OnceLock::new();
         LEFTOVERS_REMOVED.get_or_init(remove_leftovers);
         remove_stale_shared_memory();
@@ -218,10 +261,14 @@ impl FakeClockCluster {
             .args(["-A", "trust", "-U", "postgres", "-E", "UTF8"])
             .args(["--no-sync", "--no-instructions"]);
         run(initdb, "initdb");
-        // Durability is not under test here: a cluster lives for one test.
+        // Durability against the host's crash is not under test: a cluster lives for one test.
+        let synchronous_commit = match commits {
+            Commits::Asynchronous => "off",
+            Commits::Synchronous => "on",
+        };
         let options = format!(
             "-c listen_addresses=127.0.0.1 -p {port} -k {socket} -c fsync=off \
-             -c synchronous_commit=off -c full_page_writes=off -c autovacuum=off \
+             -c synchronous_commit={synchronous_commit} -c full_page_writes=off -c autovacuum=off \
              -c max_connections=200 -c shared_buffers=32MB",
             socket = cluster.dir.path().display(),
         );
