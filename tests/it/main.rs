@@ -7,6 +7,7 @@ mod support;
 mod attempt_numbers;
 mod bench;
 mod charge;
+mod client;
 mod embedded;
 mod finance;
 mod insert_race;
