@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
+use chargeguard::grpc::certificate_sha256;
 use chargeguard::grpc::proto::{AttemptStatus, ChargeOutcome};
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
-use chargeguard_client::{Answer, Backoff, ChargeRequest, ChargeResponse, Client, ClientConfig, RetryClass};
+use chargeguard_client::{Answer, Backoff, ChargeRequest, ChargeResponse, Client, ClientConfig, RetryClass, TlsIdentity, TlsOptions};
 
+use crate::security::{Ca, SERVER_NAME, ServerFiles};
 use crate::support::{ORDERS_TOKEN, TestApp, charge_request};
 
 /// A client of the `orders` consumer with short waits, so retries take milliseconds.
@@ -106,4 +108,36 @@ async fn calls_spread_over_two_servers() {
     let (first_rows, second_rows) = (first.attempt_rows().await, second.attempt_rows().await);
     assert_eq!(first_rows + second_rows, calls);
     assert!(first_rows > 0 && second_rows > 0, "one server took every call: {first_rows} and {second_rows}");
+}
+
+#[tokio::test]
+async fn over_mutual_tls_with_the_token_a_charge_is_done_and_a_wrong_token_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server_ca, client_ca) = (Ca::new("server CA"), Ca::new("client CA"));
+    let orders = client_ca.client("orders");
+    let files = ServerFiles::write(dir.path(), &server_ca.server(), Some(&client_ca));
+    let app = TestApp::spawn_with(|config| {
+        files.configure(config, true);
+        let consumer = config.consumers.iter_mut().find(|consumer| consumer.name == "orders").expect("orders");
+        consumer.client_cert_sha256 = certificate_sha256(&orders.der).into();
+    })
+    .await;
+    let config = |token: &str| ClientConfig {
+        endpoints: vec![format!("https://{}", app.grpc_addr)],
+        token: Some(token.to_owned()),
+        tls: Some(TlsOptions {
+            ca_pem: Some(server_ca.pem.clone()),
+            identity: Some(TlsIdentity { cert_pem: orders.cert_pem.clone(), key_pem: orders.key_pem.clone() }),
+            domain_name: Some(SERVER_NAME.to_owned()),
+        }),
+        ..ClientConfig::default()
+    };
+
+    let client = Client::connect_lazy(config(ORDERS_TOKEN)).expect("a valid configuration");
+    assert_eq!(done(client.charge(request("mtls-1")).await), (ChargeOutcome::Applied, AttemptStatus::Succeeded));
+
+    let stranger = Client::connect_lazy(config("not-a-token-of-anyone")).expect("a valid configuration");
+    let Answer::Reject(rejection) = stranger.charge_until_decided(request("mtls-2")).await else { panic!("a wrong token is rejected") };
+    assert_eq!((rejection.grpc_code, rejection.code.as_str()), (tonic::Code::Unauthenticated, "unauthenticated"));
+    assert_eq!(app.creates().await.len(), 1);
 }
