@@ -3,12 +3,11 @@
 
 use std::time::Duration;
 
-use chargeguard::grpc::certificate_sha256;
 use chargeguard::grpc::proto::{AttemptStatus, ChargeOutcome};
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
 use chargeguard_client::{Answer, Backoff, ChargeRequest, ChargeResponse, Client, ClientConfig, RetryClass, TlsIdentity, TlsOptions};
 
-use crate::security::{Ca, SERVER_NAME, ServerFiles};
+use crate::security::{OrdersOverMutualTls, SERVER_NAME};
 use crate::support::{ORDERS_TOKEN, TestApp, charge_request};
 
 /// A client of the `orders` consumer with short waits, so retries take milliseconds.
@@ -112,16 +111,8 @@ async fn calls_spread_over_two_servers() {
 
 #[tokio::test]
 async fn over_mutual_tls_with_the_token_a_charge_is_done_and_a_wrong_token_is_rejected() {
-    let dir = tempfile::tempdir().unwrap();
-    let (server_ca, client_ca) = (Ca::new("server CA"), Ca::new("client CA"));
-    let orders = client_ca.client("orders");
-    let files = ServerFiles::write(dir.path(), &server_ca.server(), Some(&client_ca));
-    let app = TestApp::spawn_with(|config| {
-        files.configure(config, true);
-        let consumer = config.consumers.iter_mut().find(|consumer| consumer.name == "orders").expect("orders");
-        consumer.client_cert_sha256 = certificate_sha256(&orders.der).into();
-    })
-    .await;
+    let mtls = OrdersOverMutualTls::spawn().await;
+    let (app, server_ca, orders) = (&mtls.app, &mtls.server_ca, &mtls.orders);
     let config = |token: &str| ClientConfig {
         endpoints: vec![format!("https://{}", app.grpc_addr)],
         token: Some(token.to_owned()),
