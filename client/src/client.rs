@@ -91,32 +91,12 @@ impl Client {
     /// whichever is longer; then the last `RetryLater` is returned (the attempt is not lost:
     /// the server's sweep completes it, and a later call reads the outcome).
     pub async fn charge_until_decided(&self, request: ChargeRequest) -> Answer<ChargeResponse> {
-        self.until_decided(|| self.charge(request.clone())).await
+        until_decided(&self.backoff, || self.charge(request.clone())).await
     }
 
     /// [`Client::refund`], repeated like [`Client::charge_until_decided`].
     pub async fn refund_until_decided(&self, request: RefundRequest) -> Answer<RefundResponse> {
-        self.until_decided(|| self.refund(request.clone())).await
-    }
-
-    async fn until_decided<T, F, Fut>(&self, mut call: F) -> Answer<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Answer<T>>,
-    {
-        let mut retry = 0;
-        loop {
-            let answer = call().await;
-            let Answer::RetryLater(later) = &answer else {
-                return answer;
-            };
-            if retry >= self.backoff.max_retries {
-                return answer;
-            }
-            let wait = self.backoff.delay(retry, &mut rand::thread_rng()).max(later.after);
-            tokio::time::sleep(wait).await;
-            retry += 1;
-        }
+        until_decided(&self.backoff, || self.refund(request.clone())).await
     }
 
     async fn call<Req, Resp, F, Fut>(&self, message: Req, send: F) -> Answer<Resp>
@@ -133,6 +113,28 @@ impl Client {
             Ok(response) => Answer::Done(response.into_inner()),
             Err(status) => classify(&status).into(),
         }
+    }
+}
+
+/// Calls while the answer is `RetryLater`, at most `backoff.max_retries` times after the first,
+/// each time waiting the jittered backoff or the server's hint, whichever is longer.
+async fn until_decided<T, F, Fut>(backoff: &Backoff, mut call: F) -> Answer<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Answer<T>>,
+{
+    let mut retry = 0;
+    loop {
+        let answer = call().await;
+        let Answer::RetryLater(later) = &answer else {
+            return answer;
+        };
+        if retry >= backoff.max_retries {
+            return answer;
+        }
+        let wait = backoff.delay(retry, &mut rand::thread_rng()).max(later.after);
+        tokio::time::sleep(wait).await;
+        retry += 1;
     }
 }
 
@@ -175,4 +177,81 @@ fn tls_config(options: Option<&TlsOptions>) -> Result<ClientTlsConfig, ConfigErr
         tls = tls.domain_name(domain_name.clone());
     }
     Ok(tls)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Instant;
+
+    use super::*;
+    use crate::answer::{Rejection, RetryClass, RetryLater};
+
+    fn later(after: Duration) -> Answer<&'static str> {
+        Answer::RetryLater(RetryLater { after, class: RetryClass::Unavailable, code: "unavailable".to_owned(), message: String::new() })
+    }
+
+    fn quick(max_retries: u32) -> Backoff {
+        Backoff { initial: Duration::from_millis(1), max: Duration::from_millis(2), multiplier: 2.0, max_retries }
+    }
+
+    #[tokio::test]
+    async fn retries_stop_at_max_retries_with_the_last_retry_later() {
+        let calls = AtomicU32::new(0);
+        let answer = until_decided(&quick(3), || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(later(Duration::ZERO))
+        })
+        .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 4, "the first call and three retries");
+        assert_eq!(answer, later(Duration::ZERO));
+    }
+
+    #[tokio::test]
+    async fn done_or_reject_ends_the_retries_at_once() {
+        let calls = AtomicU32::new(0);
+        let answer = until_decided(&quick(8), || {
+            let call = calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(if call < 2 { later(Duration::ZERO) } else { Answer::Done("charged") })
+        })
+        .await;
+        assert_eq!((answer, calls.load(Ordering::SeqCst)), (Answer::Done("charged"), 3));
+
+        let rejection = Rejection { grpc_code: tonic::Code::InvalidArgument, code: "invalid_argument".to_owned(), message: String::new(), attempt_id: None };
+        let calls = AtomicU32::new(0);
+        let answer = until_decided(&quick(8), || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Answer::<&str>::Reject(rejection.clone()))
+        })
+        .await;
+        assert_eq!((answer, calls.load(Ordering::SeqCst)), (Answer::Reject(rejection), 1));
+    }
+
+    #[tokio::test]
+    async fn the_servers_hint_is_waited_when_longer_than_the_backoff() {
+        let started = Instant::now();
+        let answer = until_decided(&quick(2), || std::future::ready(later(Duration::from_millis(40)))).await;
+        assert_eq!(answer, later(Duration::from_millis(40)));
+        assert!(started.elapsed() >= Duration::from_millis(80), "two waits of the hint: {:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn a_configuration_that_cannot_work_is_refused_before_any_call() {
+        let refused = |config: ClientConfig| Client::connect_lazy(config).expect_err("refused");
+        assert!(matches!(refused(ClientConfig { endpoints: vec![], ..ClientConfig::default() }), ConfigError::NoEndpoints));
+        assert!(matches!(
+            refused(ClientConfig { endpoints: vec!["127.0.0.1:50051".to_owned()], ..ClientConfig::default() }),
+            ConfigError::InvalidEndpoint { .. }
+        ));
+        assert!(matches!(
+            refused(ClientConfig { tls: Some(TlsOptions::default()), ..ClientConfig::default() }),
+            ConfigError::TlsOnPlainEndpoint { .. }
+        ));
+        assert!(matches!(refused(ClientConfig { token: Some("line\nbreak".to_owned()), ..ClientConfig::default() }), ConfigError::InvalidToken));
+        assert!(matches!(refused(ClientConfig { call_timeout: Duration::ZERO, ..ClientConfig::default() }), ConfigError::ZeroDuration { .. }));
+        let backoff = Backoff { multiplier: 0.5, ..Backoff::default() };
+        assert!(matches!(refused(ClientConfig { backoff, ..ClientConfig::default() }), ConfigError::Backoff(_)));
+        let two = ClientConfig { endpoints: vec!["http://127.0.0.1:1".to_owned(), "https://example.com".to_owned()], ..ClientConfig::default() };
+        Client::connect_lazy(two).expect("http and https endpoints together");
+    }
 }

@@ -6,6 +6,31 @@
 //! The classification is by the stable code the server puts in `chargeguard-error-code`
 //! ([`ErrorCode`]), and, for errors the server never saw (a refused connection, an expired
 //! deadline), by the gRPC code alone. README.md has the whole table.
+//!
+//! ```no_run
+//! use chargeguard_client::{Answer, ChargeRequest, Client, ClientConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::connect_lazy(ClientConfig {
+//!     endpoints: vec!["http://127.0.0.1:50051".into()],
+//!     token: Some(std::env::var("CHARGEGUARD_TOKEN")?),
+//!     ..ClientConfig::default()
+//! })?;
+//! let request = ChargeRequest {
+//!     operation_key: "order-1234:charge".into(),
+//!     amount_minor: 1999,
+//!     currency: "usd".into(),
+//!     payment_method: "pm_card_visa".into(),
+//!     ..ChargeRequest::default()
+//! };
+//! match client.charge_until_decided(request).await {
+//!     Answer::Done(response) => println!("decided: {:?}", response.attempt),
+//!     Answer::RetryLater(later) => println!("redeliver after {:?}: {later}", later.after),
+//!     Answer::Reject(rejection) => println!("dead-letter: {rejection}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 mod answer;
 mod backoff;

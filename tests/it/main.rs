@@ -8,6 +8,7 @@ mod attempt_numbers;
 mod bench;
 mod e2e;
 mod charge;
+mod client;
 mod embedded;
 mod finance;
 mod insert_race;

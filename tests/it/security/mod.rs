@@ -110,6 +110,31 @@ impl ServerFiles {
     }
 }
 
+/// A server on mutual TLS where the `orders` consumer presents `orders` (besides its token);
+/// `dir` holds the server's files. The server stops before the files go (field order).
+pub struct OrdersOverMutualTls {
+    pub app: crate::support::TestApp,
+    pub server_ca: Ca,
+    pub orders: Issued,
+    pub dir: tempfile::TempDir,
+}
+
+impl OrdersOverMutualTls {
+    pub async fn spawn() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (server_ca, client_ca) = (Ca::new("server CA"), Ca::new("client CA"));
+        let orders = client_ca.client("orders");
+        let files = ServerFiles::write(dir.path(), &server_ca.server(), Some(&client_ca));
+        let app = crate::support::TestApp::spawn_with(|config| {
+            files.configure(config, true);
+            let consumer = config.consumers.iter_mut().find(|consumer| consumer.name == "orders").unwrap();
+            consumer.client_cert_sha256 = chargeguard::grpc::certificate_sha256(&orders.der).into();
+        })
+        .await;
+        Self { app, server_ca, orders, dir }
+    }
+}
+
 /// A TLS channel trusting `ca`, presenting `identity` if given.
 pub async fn tls_channel(addr: SocketAddr, ca: &Ca, identity: Option<&Issued>) -> Result<Channel, tonic::transport::Error> {
     let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&ca.pem)).domain_name(SERVER_NAME);

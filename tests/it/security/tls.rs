@@ -11,7 +11,7 @@ use chargeguard::grpc::proto::{GetAttemptRequest, get_attempt_request};
 use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
 use tonic::{Code, Request};
 
-use super::{Ca, ServerFiles, tls_client};
+use super::{Ca, OrdersOverMutualTls, ServerFiles, tls_client};
 use crate::support::{ORDERS_TOKEN, TestApp, authed, charge_request, error_code};
 
 /// Bound on waiting for a rewritten certificate to be picked up (the test polls every 100 ms).
@@ -229,16 +229,8 @@ async fn a_rotated_certificate_is_picked_up_without_a_restart_while_a_call_is_in
 
 #[tokio::test]
 async fn the_cli_charges_over_mutual_tls_with_its_ca_cert_and_key_files() {
-    let dir = tempfile::tempdir().unwrap();
-    let (server_ca, client_ca) = (Ca::new("server CA"), Ca::new("client CA"));
-    let orders_cert = client_ca.client("orders");
-    let files = ServerFiles::write(dir.path(), &server_ca.server(), Some(&client_ca));
-    let app = TestApp::spawn_with(|config| {
-        files.configure(config, true);
-        let orders = config.consumers.iter_mut().find(|consumer| consumer.name == "orders").unwrap();
-        orders.client_cert_sha256 = certificate_sha256(&orders_cert.der).into();
-    })
-    .await;
+    let mtls = OrdersOverMutualTls::spawn().await;
+    let (app, dir, server_ca, orders_cert) = (&mtls.app, &mtls.dir, &mtls.server_ca, &mtls.orders);
     let (ca_file, cert_file, key_file) = (dir.path().join("ca.pem"), dir.path().join("orders.pem"), dir.path().join("orders-key.pem"));
     std::fs::write(&ca_file, &server_ca.pem).unwrap();
     std::fs::write(&cert_file, &orders_cert.cert_pem).unwrap();
