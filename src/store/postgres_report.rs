@@ -215,6 +215,11 @@ impl ReportStore for PostgresStore {
         objects_listed_max: u32,
         timeout: Duration,
     ) -> Result<u64, StoreError> {
+        // The staging tables were just filled: without fresh statistics the planner takes
+        // them for empty and joins them row by row (minutes at 20,000 attempts), and
+        // autovacuum, if it runs at all, comes after the report.
+        self.execute_with_timeout(sqlx::query("ANALYZE report_provider_payments, report_provider_refunds"), timeout)
+            .await?;
         // Objects are ranked within their attempt so a row lists the oldest few but counts
         // all; an attempt's row and an orphan's row sort by their own creation time.
         let statement = sqlx::query(

@@ -112,7 +112,9 @@ impl Pgbouncer {
         if is_root() {
             let _ = std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status();
         }
-        let program = which("pgbouncer").expect("pgbouncer is installed (.ci/run installs it)");
+        let program = which("pgbouncer")
+            .or_else(|| Some(PathBuf::from("/usr/sbin/pgbouncer")).filter(|path| path.exists()))
+            .expect("pgbouncer is installed (.ci/run installs it)");
         let mut pgbouncer = Command::from(as_server_user(program));
         pgbouncer.arg(dir.path().join("pgbouncer.ini")).kill_on_drop(true).stdout(Stdio::null()).stderr(Stdio::null());
         let child = pgbouncer.spawn().expect("pgbouncer starts");

@@ -71,16 +71,11 @@ fn pod_specs(doc: &Yaml) -> Vec<&Yaml> {
 }
 
 fn looks_secret(name: &str) -> bool {
-    [
-        "PASSWORD",
-        "API_KEY",
-        "TOKEN",
-        "SECRET",
-        "DATABASE__URL",
-        "CONSUMERS",
-    ]
-    .iter()
-    .any(|word| name.contains(word))
+    // A `…_FILE` variable names where a secret is read from, not the secret.
+    !name.ends_with("_FILE")
+        && ["PASSWORD", "API_KEY", "TOKEN", "SECRET", "DATABASE__URL", "DATABASE_URL", "CONSUMERS"]
+            .iter()
+            .any(|word| name.contains(word))
 }
 
 #[test]
@@ -243,7 +238,7 @@ fn every_yaml_file_parses_and_kubernetes_objects_are_complete() {
 }
 
 #[test]
-fn compose_runs_postgres_chargeguard_and_the_simulator_with_secrets_from_the_environment() {
+fn compose_runs_postgres_chargeguard_the_simulator_and_the_example_consumer_with_secrets_from_the_environment() {
     let text = std::fs::read_to_string(Path::new(ROOT).join("deploy/docker-compose.yml")).unwrap();
     let compose = &YamlLoader::load_from_str(&text).unwrap()[0];
     let services = &compose["services"];
@@ -271,7 +266,16 @@ fn compose_runs_postgres_chargeguard_and_the_simulator_with_secrets_from_the_env
         base_url.ends_with('/'),
         "async-stripe needs the trailing slash: {base_url}"
     );
-    for service in ["postgres", "chargeguard"] {
+    // The example consumer: the image's second binary, its token from a secret file, never
+    // from the environment.
+    assert!(services["rabbitmq"]["image"].as_str().unwrap().starts_with("rabbitmq:"));
+    let consumer = &services["order-consumer"];
+    assert_eq!(consumer["image"].as_str(), Some(image().as_str()));
+    assert_eq!(strings(&consumer["entrypoint"]), ["/usr/local/bin/order-consumer"]);
+    assert_eq!(strings(&consumer["command"]), ["run"]);
+    assert_eq!(consumer["environment"]["ORDER_CONSUMER_TOKEN_FILE"].as_str(), Some("/run/secrets/orders_token"));
+    assert_eq!(compose["secrets"]["orders_token"]["file"].as_str(), Some("./orders.token"));
+    for service in ["postgres", "chargeguard", "order-consumer"] {
         let environment = services[service]["environment"].as_hash().unwrap();
         for (name, value) in environment {
             let (name, value) = (name.as_str().unwrap(), value.as_str().unwrap_or_default());

@@ -262,13 +262,15 @@ impl FakeClockCluster {
             .args(["--no-sync", "--no-instructions"]);
         run(initdb, "initdb");
         // Durability against the host's crash is not under test: a cluster lives for one test.
-        let synchronous_commit = match commits {
-            Commits::Asynchronous => "off",
-            Commits::Synchronous => "on",
+        // A durable cluster lives like a production one (the chaos test): commits in the WAL,
+        // autovacuum keeping the planner's statistics.
+        let (synchronous_commit, autovacuum) = match commits {
+            Commits::Asynchronous => ("off", "off"),
+            Commits::Synchronous => ("on", "on"),
         };
         let options = format!(
             "-c listen_addresses=127.0.0.1 -p {port} -k {socket} -c fsync=off \
-             -c synchronous_commit={synchronous_commit} -c full_page_writes=off -c autovacuum=off \
+             -c synchronous_commit={synchronous_commit} -c full_page_writes=off -c autovacuum={autovacuum} \
              -c max_connections=200 -c shared_buffers=32MB",
             socket = cluster.dir.path().display(),
         );

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Scale-out: new charges with 1, 2 and 3 `serve` replicas on one PostgreSQL database, beside
+# pgbench running the service's new-charge SQL at the same total concurrency, in one run
+# (README "Benchmarks", BENCHMARKS.md "Replicas").
+#
+#   bench/replicas.sh                    15 s per row after 3 s of warm-up
+#   BENCH_SECONDS=5 bench/replicas.sh    a quick look
+#
+# Each replica gets its own load generator (`chargeguard bench charge`) with an equal share of
+# BENCH_CONCURRENCY (18: 18, 9+9, 6+6+6), the way consumers spread their calls; the figure is
+# their sum. Everything runs on this machine's cores: the replicas, their load generators, the
+# simulator and PostgreSQL share them, which is what the figures measure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONCURRENCY=${BENCH_CONCURRENCY:-18}
+SECONDS_MEASURED=${BENCH_SECONDS:-15}
+SECONDS_WARMUP=${BENCH_WARMUP_SECONDS:-3}
+PGHOST=${BENCH_PGHOST:-127.0.0.1}
+PGPORT=${BENCH_PGPORT:-5432}
+PGUSER=${BENCH_PGUSER:-postgres}
+SIM_ADDR=${BENCH_SIM_ADDR:-127.0.0.1:18211}
+PORT_BASE=${BENCH_PORT_BASE:-18250}
+OUT=${BENCH_OUT:-target/bench-replicas}
+DB=cg_bench_replicas
+SIM_API_KEY=sk_test_chargeguard
+BIN=target/release/chargeguard
+export PGHOST PGPORT PGUSER
+export RUST_LOG=${RUST_LOG:-warn}
+mkdir -p "$OUT"
+rm -f "$OUT"/*
+
+log() { printf '\n== %s\n' "$*"; }
+fail() { echo "bench/replicas.sh: $*" >&2; exit 1; }
+db_url() { echo "postgres://$PGUSER@$PGHOST:$PGPORT/$1"; }
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+wait_http() {
+  for _ in $(seq 1 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
+  fail "nothing answered on $1"
+}
+json_field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(list(d.values())[0][sys.argv[2]])' "$1" "$2"; }
+
+log "building release"
+cargo build --release --quiet
+command -v pgbench >/dev/null || fail "pgbench is missing"
+pg_isready -h "$PGHOST" -p "$PGPORT" -q || fail "PostgreSQL is not running on $PGHOST:$PGPORT (bash .ci/run starts it)"
+psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null
+psql -d postgres -qc "CREATE DATABASE $DB" >/dev/null
+CHARGEGUARD_DATABASE__URL=$(db_url $DB) "$BIN" migrate >/dev/null
+
+"$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" \
+  --objects-max 4000000 --idempotency-keys-max 4000000 >"$OUT/sim.log" 2>&1 &
+pids+=($!)
+wait_http "http://$SIM_ADDR/_sim/clock"
+
+token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+token_sha=$(printf '%s' "$token" | "$BIN" hash-token)
+
+# pgbench: the service's new-charge SQL (the constants bench/run.sh binds), same concurrency.
+PGBENCH_VALUES=(
+  -D consumer=pgbench -D currency=usd -D payment_method=pm_card_visa
+  -D description=chargeguard-bench -D 'metadata={"bench":"pgbench"}'
+  -D fingerprint=5f0c8a4c1d7e2b9a3f6e0d4c8b2a7f1e9d3c5b7a0e2f4d6c8b1a3e5f7d9c0b2a
+  -D provider=stripe -D now=now -D succeeded=succeeded -D 'unfinished={pending,requires_action}'
+  -D false=false
+)
+log "pgbench new-charge SQL, $CONCURRENCY clients"
+pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$SECONDS_WARMUP" -f bench/pgbench/new_charge.sql "${PGBENCH_VALUES[@]}" $DB >/dev/null 2>&1
+pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$SECONDS_MEASURED" -f bench/pgbench/new_charge.sql "${PGBENCH_VALUES[@]}" $DB >"$OUT/pgbench.log" 2>&1
+pgbench_tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$OUT/pgbench.log")
+echo "tps $pgbench_tps"
+
+rows=()
+for replicas in 1 2 3; do
+  log "$replicas replica(s), $CONCURRENCY callers spread over them"
+  serve_pids=()
+  for index in $(seq 1 "$replicas"); do
+    grpc="127.0.0.1:$(( PORT_BASE + 2 * index ))"
+    http="127.0.0.1:$(( PORT_BASE + 2 * index + 1 ))"
+    cat >"$OUT/serve-$replicas-$index.toml" <<TOML
+[server]
+grpc_listen = "$grpc"
+http_listen = "$http"
+
+[database]
+connections_max = $(( (CONCURRENCY + replicas - 1) / replicas ))
+
+[provider]
+base_url = "http://$SIM_ADDR/"
+
+[sweep]
+enabled = false
+
+[[consumers]]
+name = "bench"
+token_sha256 = "$token_sha"
+TOML
+    CHARGEGUARD_DATABASE__URL=$(db_url $DB) CHARGEGUARD_PROVIDER__API_KEY=$SIM_API_KEY \
+      "$BIN" --config "$OUT/serve-$replicas-$index.toml" serve --no-migrate >"$OUT/serve-$replicas-$index.log" 2>&1 &
+    serve_pids+=($!)
+    pids+=($!)
+    wait_http "http://$http/readyz"
+  done
+  load_pids=()
+  for index in $(seq 1 "$replicas"); do
+    CHARGEGUARD_BENCH_TOKEN=$token "$BIN" bench charge --endpoint "http://127.0.0.1:$(( PORT_BASE + 2 * index ))" \
+      --label "replicas-$replicas-$index" --concurrency $(( CONCURRENCY / replicas )) --connections 2 \
+      --key-prefix "r$replicas-$index-" --duration-seconds "$SECONDS_MEASURED" --warmup-seconds "$SECONDS_WARMUP" \
+      --json-out "$OUT/load-$replicas-$index.json" >/dev/null &
+    load_pids+=($!)
+  done
+  for pid in "${load_pids[@]}"; do wait "$pid"; done
+  total=0
+  for index in $(seq 1 "$replicas"); do
+    rate=$(json_field "$OUT/load-$replicas-$index.json" ok_per_second)
+    total=$(python3 -c "print(round($total + $rate, 1))")
+  done
+  echo "new charges/s $total"
+  rows+=("$replicas $total")
+  for pid in "${serve_pids[@]}"; do kill -TERM "$pid"; wait "$pid" || true; done
+done
+
+log "new charges against pgbench's new-charge SQL ($CONCURRENCY clients, $(nproc) cores)"
+printf '%-9s %14s %10s\n' replicas "charges/s" "× pgbench"
+printf '%-9s %14s %10s\n' pgbench "$pgbench_tps" "1.00"
+for row in "${rows[@]}"; do
+  set -- $row
+  printf '%-9s %14s %10s\n' "$1" "$2" "$(python3 -c "print(f'{$2 / $pgbench_tps:.2f}')")"
+done
