@@ -2,10 +2,10 @@
  * chargeguard.pml: the charge protocol of one operation, for spin. model/README.md says what
  * is modelled, what is left out and why, and how to run it.
  *
- * Drift markers (tests/it/model.rs reads them): CRASH(x) is the code's crash_point("x") with
- * dots as underscores, STEP(X) a variant of domain::RecoveryStep; LEFT_OUT_CRASH(x) and
- * LEFT_OUT_STEP(X) name code that is deliberately not modelled. Every crash point and step in
- * src/ must be named one way or the other, and every name here must exist in src/.
+ * Drift markers (tests/it/model.rs reads them): a CRASH marker names the code's crash_point
+ * with its dots as underscores, a STEP marker a variant of domain::RecoveryStep; LEFT_OUT_CRASH
+ * and LEFT_OUT_STEP markers name code that is deliberately not modelled. Every crash point and
+ * step in src/ must be named one way or the other, and every name here must exist in src/.
  *
  * Time: `now` is the provider's clock in coarse ticks. Every other clock is a reading
  * now + offset, stored with K added so that readings stay non-negative.
@@ -19,7 +19,7 @@
 #define TMAX 5         /* the provider's clock runs 0..TMAX */
 #endif
 #ifndef FAULTS
-#define FAULTS 2       /* crashes, lost answers, 5xx/409, lapses, clock jumps, resends */
+#define FAULTS 1       /* crashes, lost answers, 5xx/409, lapses, clock jumps, resends */
 #endif
 
 #define R 5            /* provider key retention (Stripe: 24 h) */

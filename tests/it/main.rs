@@ -11,6 +11,7 @@ mod embedded;
 mod finance;
 mod insert_race;
 mod migrations;
+mod model;
 mod outcome_cache;
 mod ops;
 mod provider;
