@@ -5,7 +5,7 @@
 # (figures in model/README.md). --prefix shows the double charge of the code before issue 14.
 #
 #   model/check.sh            N=2 FAULTS=1 TMAX=5 safety, N=1 liveness   (~30 s)
-#   model/check.sh --large    N=2 FAULTS=2 TMAX=5 safety, N=2 FAULTS=1 liveness (minutes, GBs)
+#   model/check.sh --large    N=3 FAULTS=1 TMAX=5 safety, N=2 FAULTS=1 liveness (minutes, GBs)
 #   model/check.sh --prefix   the pre-fix clock model: spin's trail of the second charge
 set -euo pipefail
 model=$(cd "$(dirname "$0")" && pwd)/chargeguard.pml
@@ -52,7 +52,7 @@ case "${1:-}" in
       grep -vE '^\s+[a-z_]+ = ' | grep -vE '\[(else|\(1\))\]$'
     ;;
   --large)
-    check safety 0 -DN=2 -DFAULTS=2 -DTMAX=5
+    check safety 0 -DN=3 -DFAULTS=1 -DTMAX=5
     check liveness 1 -DN=2 -DFAULTS=1 -DTMAX=5
     ;;
   "")
