@@ -13,6 +13,7 @@ mod embedded;
 mod finance;
 mod insert_race;
 mod migrations;
+mod model;
 mod outcome_cache;
 mod ops;
 mod provider;

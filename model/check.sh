@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Checks model/chargeguard.pml with spin: safety (assertions, exhaustive) and liveness
+# (acceptance cycles under weak fairness). CI runs the default bound through
+# `cargo test --features failpoints --test it model::`; --large is the bound checked by hand
+# (figures in model/README.md). --prefix shows the double charge of the code before issue 14.
+#
+#   model/check.sh            N=2 FAULTS=1 TMAX=5 safety, N=1 liveness   (~30 s)
+#   model/check.sh --large    N=3 FAULTS=1 TMAX=5 safety, N=2 FAULTS=1 liveness (minutes, GBs)
+#   model/check.sh --prefix   the pre-fix clock model: spin's trail of the second charge
+set -euo pipefail
+model=$(cd "$(dirname "$0")" && pwd)/chargeguard.pml
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+# MEMLIM (MB) stops a search that outgrows the machine instead of swapping; COLLAPSE trades
+# time for memory at the large bound.
+memory_mb=${MEMORY_MB:-8192}
+
+check() { # name, liveness (0/1), spin -D… defines
+  local name=$1 liveness=$2
+  shift 2
+  local spin_flags=(-a) gcc_flags=(-O2 -w "-DMEMLIM=$memory_mb" -DCOLLAPSE -DNFAIR=4) pan_flags=(-m1000000)
+  if [ "$liveness" = 1 ]; then
+    spin_flags+=(-DLIVENESS)
+    pan_flags+=(-a -f)
+  else
+    gcc_flags+=(-DSAFETY)
+  fi
+  spin "${spin_flags[@]}" "$@" "$model" >/dev/null
+  gcc "${gcc_flags[@]}" -o pan pan.c
+  echo "== $name ($*)"
+  local started=$SECONDS
+  ./pan "${pan_flags[@]}" | tee pan.out | grep -E 'violated|acceptance cycle|errors:|states, stored|depth too small|MEMLIM|out of memory' || true
+  echo "   wall clock $((SECONDS - started)) s"
+  # A search cut short by memory or depth proves nothing, even with no error found.
+  if grep -qE 'MEMLIM|depth too small|out of memory' pan.out; then
+    echo "   incomplete search" >&2
+    return 1
+  fi
+  grep -q 'errors: 0' pan.out
+}
+
+case "${1:-}" in
+  --prefix)
+    cp "$model" .
+    spin -a -DPREFIX_CLOCK -DNO_RETENTION_ASSERT chargeguard.pml >/dev/null
+    gcc -O2 -w -DSAFETY -o pan pan.c
+    ./pan -m1000000 | grep -E 'violated|errors:|states, stored' || true
+    # The trail replayed, without the assignments to a round's scratch variables.
+    spin -t -p -DPREFIX_CLOCK -DNO_RETENTION_ASSERT chargeguard.pml |
+      grep -vE '^\s+[a-z_]+ = ' | grep -vE '\[(else|\(1\))\]$'
+    ;;
+  --large)
+    check safety 0 -DN=3 -DFAULTS=1 -DTMAX=5
+    check liveness 1 -DN=2 -DFAULTS=1 -DTMAX=5
+    ;;
+  "")
+    check safety 0
+    check liveness 1 -DN=1
+    ;;
+  *)
+    echo "usage: model/check.sh [--large | --prefix]" >&2
+    exit 2
+    ;;
+esac
