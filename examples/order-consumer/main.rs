@@ -189,8 +189,7 @@ async fn publish(args: PublishArgs) -> anyhow::Result<()> {
         duplicate_percent: args.duplicate_percent,
         seed: args.seed,
     };
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
-    let (bodies, manifest) = produce::plan(&plan, now_ms);
+    let (bodies, manifest) = produce::plan(&plan);
     if let Some(path) = &args.manifest {
         let lines: Vec<String> = manifest.iter().map(|planned| serde_json::to_string(planned).expect("serializes")).collect();
         std::fs::write(path, lines.join("\n") + "\n").with_context(|| format!("writing {}", path.display()))?;

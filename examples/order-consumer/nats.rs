@@ -9,7 +9,9 @@ use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::event::OrderPlaced;
 use crate::handler::{Fate, Handler};
+use crate::produce::body_placed_now;
 
 const CONSUMER: &str = "order-consumer";
 /// A delivery not acked within this is delivered again (the consumer died holding it).
@@ -110,11 +112,11 @@ async fn settle(message: jetstream::Message, handler: &Handler, context: &jetstr
     }
 }
 
-pub async fn publish(url: &str, subjects: &Subjects, bodies: &[Vec<u8>]) -> anyhow::Result<()> {
+pub async fn publish(url: &str, subjects: &Subjects, events: &[OrderPlaced]) -> anyhow::Result<()> {
     let context = context(url).await?;
     stream(&context, subjects).await?;
-    for body in bodies {
-        context.publish(subjects.subject.clone(), body.clone().into()).await?.await?;
+    for event in events {
+        context.publish(subjects.subject.clone(), body_placed_now(event).into()).await?.await?;
     }
     Ok(())
 }

@@ -31,10 +31,11 @@ pub struct Planned {
     pub published: u32,
 }
 
-/// The messages in publishing order (duplicates shuffled in among the rest) and the manifest.
-pub fn plan(plan: &Plan, now_ms: i64) -> (Vec<Vec<u8>>, Vec<Planned>) {
+/// The events in publishing order (duplicates shuffled in among the rest) and the manifest.
+/// Each event's `placed_at_ms` is set when it is published.
+pub fn plan(plan: &Plan) -> (Vec<OrderPlaced>, Vec<Planned>) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(plan.seed);
-    let mut bodies = Vec::new();
+    let mut events = Vec::new();
     let mut manifest = Vec::new();
     for index in 0..plan.count {
         let declining = rng.gen_range(0..100) < plan.decline_percent;
@@ -45,17 +46,22 @@ pub fn plan(plan: &Plan, now_ms: i64) -> (Vec<Vec<u8>>, Vec<Planned>) {
             currency: plan.currency.clone(),
             payment_method: if declining { DECLINING_CARD } else { PAYING_CARD }.to_owned(),
             customer: None,
-            placed_at_ms: now_ms,
+            placed_at_ms: 0,
         };
-        let body = serde_json::to_vec(&event).expect("an event serializes");
         let published = if duplicated { 2 } else { 1 };
+        manifest.push(Planned { order_id: event.order_id.clone(), amount_minor: event.amount_minor, declining, published });
         for _ in 0..published {
-            bodies.push(body.clone());
+            events.push(event.clone());
         }
-        manifest.push(Planned { order_id: event.order_id, amount_minor: event.amount_minor, declining, published });
     }
-    bodies.shuffle(&mut rng);
-    (bodies, manifest)
+    events.shuffle(&mut rng);
+    (events, manifest)
+}
+
+/// The message body of `event` placed now.
+pub fn body_placed_now(event: &OrderPlaced) -> Vec<u8> {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64);
+    serde_json::to_vec(&OrderPlaced { placed_at_ms: now_ms, ..event.clone() }).expect("an event serializes")
 }
 
 #[cfg(test)]
@@ -73,8 +79,8 @@ mod tests {
             duplicate_percent: 3,
             seed,
         };
-        let (bodies, manifest) = plan(&plan_of(1), 0);
-        let (again, _) = plan(&plan_of(1), 0);
+        let (bodies, manifest) = plan(&plan_of(1));
+        let (again, _) = plan(&plan_of(1));
         assert_eq!(bodies, again);
         let published: u32 = manifest.iter().map(|planned| planned.published).sum();
         assert_eq!(bodies.len(), published as usize);

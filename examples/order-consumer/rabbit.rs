@@ -16,7 +16,9 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::event::OrderPlaced;
 use crate::handler::{Fate, Handler};
+use crate::produce::body_placed_now;
 
 /// Delayed retries wait in one of these queues (a message expires only at a queue's head, so
 /// each queue holds one delay): the smallest at least as long as asked, else the longest.
@@ -187,7 +189,7 @@ async fn publish_retry(publisher: &Channel, topology: &Topology, delivery: &lapi
 /// Publishes the events with publisher confirms, a window of them in flight at a time, at
 /// most `rate_per_second` if given. A lost connection is reopened and the unconfirmed window
 /// published again: an event may then be published twice, which is what consumers are for.
-pub async fn publish(url: &str, topology: &Topology, bodies: &[Vec<u8>], rate_per_second: Option<u32>) -> lapin::Result<()> {
+pub async fn publish(url: &str, topology: &Topology, bodies: &[OrderPlaced], rate_per_second: Option<u32>) -> lapin::Result<()> {
     const FAILURES_MAX: u32 = 20;
     let mut confirmed = 0usize;
     let mut failures = 0;
@@ -204,7 +206,7 @@ pub async fn publish(url: &str, topology: &Topology, bodies: &[Vec<u8>], rate_pe
     }
 }
 
-async fn publish_from(url: &str, topology: &Topology, bodies: &[Vec<u8>], confirmed: &mut usize, rate_per_second: Option<u32>) -> lapin::Result<()> {
+async fn publish_from(url: &str, topology: &Topology, bodies: &[OrderPlaced], confirmed: &mut usize, rate_per_second: Option<u32>) -> lapin::Result<()> {
     const CONFIRM_WINDOW: usize = 64;
     let connection = connect(url, "order-producer").await?;
     let channel = connection.create_channel().await?;
@@ -219,7 +221,8 @@ async fn publish_from(url: &str, topology: &Topology, bodies: &[Vec<u8>], confir
                 pace.tick().await;
             }
             let properties = BasicProperties::default().with_delivery_mode(2).with_content_type("application/json".into());
-            confirms.push(channel.basic_publish("", &topology.queue, BasicPublishOptions::default(), body, properties).await?);
+            let body = body_placed_now(body);
+            confirms.push(channel.basic_publish("", &topology.queue, BasicPublishOptions::default(), &body, properties).await?);
         }
         for confirm in confirms {
             if let Confirmation::Nack(_) = confirm.await? {
