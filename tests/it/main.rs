@@ -9,6 +9,7 @@ mod bench;
 mod charge;
 mod embedded;
 mod finance;
+mod group_commit;
 mod insert_race;
 mod migrations;
 mod outcome_cache;
