@@ -253,21 +253,11 @@ def cpu_table(out, load, pgbench_tps):
     }
     table = {}
     for name, (label, rate) in rows.items():
-        path = os.path.join(out, f"cpu-{label}.json")
-        if not os.path.exists(path):
+        if not os.path.exists(os.path.join(out, f"cpu-{label}.json")):
             continue
-        with open(path) as file:
-            c = json.load(file)
-        calls = rate() * c["wall_seconds"]
-        if calls <= 0:
-            continue
-        per = lambda ticks: ticks / c["ticks_per_second"] / calls * 1e6
-        row = {"postgres": per(c["postgres_ticks"]),
-               "service": per(c["service_ticks"]) if label.startswith("service") else None,
-               "simulator": per(c["simulator_ticks"]) if label.startswith("service") else None,
-               "client": c["client_seconds"] / calls * 1e6 if c["client_seconds"] is not None else None}
-        row["total"] = sum(v for v in row.values() if v is not None)
-        table[name] = row
+        row = cpu_per_call(out, label, rate())
+        if row:
+            table[name] = row
     return table
 
 

@@ -11,11 +11,10 @@ use sqlx::PgPool;
 
 use super::child::{ChildProcess, ChildSpec};
 use super::{assert_settled, sweep_until_idle};
+use crate::group_commit::{lock_writes, wait_for_a_blocked_batch};
 use crate::support::{TestApp, charge_request, outcome_of, status_of};
 
 const CALLERS: usize = 16;
-const POLLS_MAX: u32 = 1_000;
-const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Time for the child's other callers to queue behind its blocked batch.
 const QUEUE_SETTLE: Duration = Duration::from_secs(2);
 /// The child's leases: short, so that the test waits them out on the real clock.
@@ -37,26 +36,10 @@ async fn a_service_killed_with_a_batch_in_flight_loses_and_duplicates_nothing() 
 
     // Writes wait behind this lock: the child's first batch is in the database, the rest queue
     // in the child's memory; then the child dies.
-    let mut lock = pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE payment_attempts IN EXCLUSIVE MODE").execute(&mut *lock).await.unwrap();
+    let lock = lock_writes(&pool).await;
     let calls = futures::future::join_all(operations.iter().map(|operation| child.charge(charge_request(operation))));
     let kill = async {
-        let mut blocked = false;
-        for _ in 0..POLLS_MAX {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            if waiting > 0 {
-                blocked = true;
-                break;
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-        assert!(blocked, "the child's batch never reached the database");
+        wait_for_a_blocked_batch(&pool).await;
         tokio::time::sleep(QUEUE_SETTLE).await;
         child.kill_now();
     };
