@@ -57,6 +57,11 @@ base_url = "http://$SIM_ADDR/"
 [[consumers]]
 name = "bench"
 token_sha256 = "$(printf '%s' "$token" | "$BIN" hash-token)"
+# The load generator is the one consumer: the per-consumer limits (500/s by default) would
+# measure themselves, not the service.
+requests_per_second_max = 100000
+burst_max = 100000
+calls_in_flight_max = 100000
 TOML
 
 # run label group-commit requests: instructions of the whole serve process
