@@ -7,7 +7,9 @@
 #   bash bench/callgrind.sh            # BENCH_CALLGRIND_REQUESTS=2000, 16 callers
 #
 # Per charge = (instructions of a run with N charges - those of a run that starts, becomes
-# ready and stops with none) / N. Runs: idle, on, off. Needs the release build, PostgreSQL on
+# ready and stops with none) / N. Runs: idle, on, off (BENCH_CALLGRIND_SUMMARY_ONLY=1 only
+# prints the figures of the last runs again). Callgrind counts user-space instructions only:
+# the kernel's share (socket writes, wake-ups) is in bench/run.sh's CPU table, not here. Needs the release build, PostgreSQL on
 # 127.0.0.1:5432 and valgrind. Results: $OUT/callgrind.json and the callgrind.out.* files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +23,9 @@ GRPC_ADDR=127.0.0.1:18151
 HTTP_ADDR=127.0.0.1:18180
 SIM_API_KEY=sk_test_chargeguard
 export PGHOST=127.0.0.1 PGPORT=5432 PGUSER=postgres RUST_LOG=warn
+SUMMARY_ONLY=${BENCH_CALLGRIND_SUMMARY_ONLY:-0}
 mkdir -p "$OUT"
-rm -f "$OUT"/callgrind.out.* "$OUT"/*.log
+[ "$SUMMARY_ONLY" = 1 ] || rm -f "$OUT"/callgrind.out.* "$OUT"/*.log
 
 sim_pid="" serve_pid=""
 cleanup() {
@@ -36,11 +39,14 @@ wait_http() {
   echo "nothing answered on $1" >&2; exit 1
 }
 
+if [ "$SUMMARY_ONLY" != 1 ]; then
 psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
 CHARGEGUARD_DATABASE__URL="postgres://postgres@127.0.0.1:5432/$DB" "$BIN" migrate >/dev/null
 "$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" >"$OUT/sim.log" 2>&1 &
 sim_pid=$!
 wait_http "http://$SIM_ADDR/_sim/clock"
+
+fi
 
 token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
 cat >"$OUT/serve.toml" <<TOML
@@ -68,7 +74,7 @@ TOML
 run() {
   local label=$1 enabled=$2 requests=$3
   env CHARGEGUARD_DATABASE__URL="postgres://postgres@127.0.0.1:5432/$DB" CHARGEGUARD_PROVIDER__API_KEY=$SIM_API_KEY \
-    CHARGEGUARD_SWEEP__ENABLED=false CHARGEGUARD_WEBHOOKS__ENABLED=false \
+    CHARGEGUARD_SWEEP__ENABLED=false \
     CHARGEGUARD_DATABASE__GROUP_COMMIT__ENABLED="$enabled" \
     valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.$label" \
     "$BIN" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve-$label.log" 2>&1 &
@@ -77,20 +83,25 @@ run() {
   if [ "$requests" -gt 0 ]; then
     CHARGEGUARD_BENCH_TOKEN="$token" "$BIN" bench charge --endpoint "http://$GRPC_ADDR" --label "$label" \
       --concurrency "$CONCURRENCY" --connections 4 --requests "$requests" --warmup-seconds 0 \
-      --key-prefix "callgrind-$label-" --json-out "$OUT/load-$label.json" | grep -v '^{' | head -3
+      --key-prefix "callgrind-$label-" --json-out "$OUT/load-$label.json" | grep -v '^{' | head -3 >&2
   fi
   kill -TERM "$serve_pid"
   wait "$serve_pid" || true
   serve_pid=""
-  sed -n 's/^summary: //p' "$OUT/callgrind.out.$label"
 }
 
-idle=$(run idle true 0)
-on=$(run on true "$REQUESTS")
-off=$(run off false "$REQUESTS")
-python3 - "$idle" "$on" "$off" "$REQUESTS" "$OUT" <<'PY'
+if [ "$SUMMARY_ONLY" != 1 ]; then
+  run idle true 0
+  run on true "$REQUESTS"
+  run off false "$REQUESTS"
+fi
+python3 - "$REQUESTS" "$OUT" <<'PY'
 import json, os, sys
-idle, on, off, n, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+n, out = int(sys.argv[1]), sys.argv[2]
+def summary(label):
+    with open(os.path.join(out, f"callgrind.out.{label}")) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("summary: "))
+idle, on, off = summary("idle"), summary("on"), summary("off")
 def ok(label):
     with open(os.path.join(out, f"load-{label}.json")) as f:
         report = next(iter(json.load(f).values()))
