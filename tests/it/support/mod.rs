@@ -93,9 +93,10 @@ pub fn test_config(database_url: &str, simulator_url: &str) -> Config {
 }
 
 /// Group commit (issue 21) in the apps and `serve` children of this test run: the default,
-/// unless CHARGEGUARD_TEST_GROUP_COMMIT=off runs the suite (the crash table with it) without.
+/// unless CG_TEST_GROUP_COMMIT=off runs the suite (the crash table with it) without. Not a
+/// `CHARGEGUARD_` variable: `Config::load` refuses unknown ones, and children never see those.
 pub fn group_commit_enabled() -> bool {
-    match std::env::var("CHARGEGUARD_TEST_GROUP_COMMIT").as_deref() {
+    match std::env::var("CG_TEST_GROUP_COMMIT").as_deref() {
         Ok("off") => false,
         Ok("on") => true,
         _ => Config::default().database.group_commit.enabled,
