@@ -156,7 +156,7 @@ pub(super) async fn insert_pending_statement(pool: &PgPool, new: &NewAttempt) ->
     .fetch_optional(pool)
     .await
     .map_err(unavailable)?;
-row.as_ref().map(attempt_from_row).transpose()
+    row.as_ref().map(attempt_from_row).transpose()
 }
 
 /// `finish_round`'s statement alone (one round trip, one commit).
