@@ -4,6 +4,7 @@
 //!
 //! - No delay when idle: one task takes whatever is queued, so the first caller of an idle
 //!   service goes at once; callers that arrive while a batch is in flight form the next one.
+//!   A batch of one row runs the single-row statement, exactly what runs without group commit.
 //! - Bounded: at most `batch_max` rows a statement, a queue of at most `QUEUE_BATCHES` batches
 //!   (callers beyond it wait to enqueue), and an optional hold of `wait_max` for more rows,
 //!   only once the service is busy (the previous batch had more than one row).
