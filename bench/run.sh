@@ -20,7 +20,12 @@
 #      (no database, no provider), which bounds what 3 and 4 could reach on this machine;
 #   7. the service's peak RSS over 3-6 (VmHWM); then 4 again on a service started with the
 #      outcome cache off (every duplicate reads the database), side by side;
-#   8. the sweep over BENCH_STUCK_ROWS stuck rows in a table of BENCH_SWEEP_ROWS_SMALL rows, then
+#   7b. group commit side by side (issue 21), at each concurrency of
+#      BENCH_GROUP_COMMIT_CONCURRENCY ("16 64"; empty skips it): pgbench's new-charge SQL with
+#      that many clients, then new charges on a service with database.group_commit.enabled true,
+#      then false (pool = that many connections for both), and at BENCH_CONCURRENCY each service
+#      again with the simulator at BENCH_SIM_LATENCY_MS; each service's peak RSS;
+#   8. (unless BENCH_SWEEP=0) the sweep over BENCH_STUCK_ROWS stuck rows in a table of BENCH_SWEEP_ROWS_SMALL rows, then
 #      of BENCH_SWEEP_ROWS_LARGE rows or the largest that fits the time left (it says which):
 #      the claim query alone (`chargeguard bench claim`), and `chargeguard sweep --once` when
 #      this build has it;
@@ -49,6 +54,8 @@ STUCK_ROWS=${BENCH_STUCK_ROWS:-$(pick 10000 1000)}
 SWEEP_ROWS_SMALL=${BENCH_SWEEP_ROWS_SMALL:-$(pick 1000000 100000)}
 SWEEP_ROWS_LARGE=${BENCH_SWEEP_ROWS_LARGE:-$(pick 10000000 300000)}
 SWEEP_BATCH=${BENCH_SWEEP_BATCH:-100}
+SWEEP=${BENCH_SWEEP:-1}
+GROUP_COMMIT_CONCURRENCY=${BENCH_GROUP_COMMIT_CONCURRENCY-16 64}
 # The whole run, the build included, stays under this: the large sweep table shrinks to fit what
 # is left. From an empty target/ the release build takes 4½ minutes on 2 idle cores.
 BUDGET_SECONDS=${BENCH_BUDGET_SECONDS:-570}
@@ -234,6 +241,11 @@ base_url = "http://$SIM_ADDR/"
 [[consumers]]
 name = "bench"
 token_sha256 = "$(printf '%s' "$token" | "$BIN" hash-token)"
+# The load generator is the one consumer: the per-consumer limits (500/s by default) would
+# measure themselves, not the service.
+requests_per_second_max = 100000
+burst_max = 100000
+calls_in_flight_max = 100000
 EOF
 service_env=(
   CHARGEGUARD_DATABASE__URL="$(db_url $CHARGE_DB)"
@@ -310,6 +322,32 @@ start_service serve-uncached CHARGEGUARD_CHARGE__OUTCOME_CACHE_TTL_MS=0
 bench_charge duplicate-uncached --duplicate-percent 100 --prime-keys "$PRIME_KEYS"
 stop_service
 
+# --- group commit side by side (issue 21) ---------------------------------------------------------
+# One service per switch and concurrency, each with as many pooled connections as callers (what
+# pgbench gets): the gain of group commit is measured here, not claimed.
+for gc_concurrency in $GROUP_COMMIT_CONCURRENCY; do
+  log "group commit side by side at $gc_concurrency: pgbench new-charge SQL"
+  CONCURRENCY=$gc_concurrency pgbench_run "new-c$gc_concurrency" bench/pgbench/new_charge.sql \
+    "$SECONDS_MEASURED" "${PGBENCH_VALUES[@]}"
+  echo "tps $(pgbench_tps "new-c$gc_concurrency")"
+  for gc_switch in on off; do
+    gc_enabled=true
+    [ "$gc_switch" = off ] && gc_enabled=false
+    log "chargeguard new charges, group commit $gc_switch, $gc_concurrency callers"
+    start_service "serve-gc-$gc_switch-c$gc_concurrency" CHARGEGUARD_DATABASE__GROUP_COMMIT__ENABLED=$gc_enabled \
+      CHARGEGUARD_DATABASE__CONNECTIONS_MAX="$gc_concurrency"
+    CONCURRENCY=$gc_concurrency bench_charge "new-gc-$gc_switch-c$gc_concurrency"
+    if [ "$gc_concurrency" = "$CONCURRENCY" ]; then
+      set_sim_latency "$SIM_LATENCY_MS"
+      bench_charge "new-latency-gc-$gc_switch"
+      set_sim_latency 0
+    fi
+    printf '{"peak_rss": {"kib": %s}}\n' "$(awk '/^VmHWM:/ {print $2}' "/proc/$serve_pid/status")" \
+      >"$OUT/rss-gc-$gc_switch-c$gc_concurrency.json"
+    stop_service
+  done
+done
+
 # --- the sweep -------------------------------------------------------------------------------------
 has_sweep=0
 if "$BIN" sweep --help >/dev/null 2>&1; then has_sweep=1; fi
@@ -364,6 +402,8 @@ print(json.dumps({"chargeguard_bench_sweep": {"rows": n, "runs": int(sys.argv[4]
   fi
 }
 
+sweep_rows_large=0
+if [ "$SWEEP" = 1 ]; then
 log "fresh database $SWEEP_DB: $SWEEP_ROWS_SMALL rows"
 fresh_database $SWEEP_DB
 env "${sweep_env[@]}" "$BIN" bench seed --settled "$SWEEP_ROWS_SMALL" --json-out "$OUT/seed-sweep-small.json" | grep -v '^{'
@@ -398,6 +438,9 @@ else
   log "no time left for a larger sweep table (${left}s); only $SWEEP_ROWS_SMALL rows measured"
   sweep_rows_large=0
 fi
+else
+  log "sweep skipped (BENCH_SWEEP=0)"
+fi
 
 set_sim_latency 0
 kill -TERM "$sim_pid"
@@ -426,6 +469,8 @@ if [ -n "$(git status --porcelain 2>/dev/null)" ]; then commit="$commit+uncommit
   echo "stuck_rows=$STUCK_ROWS"
   echo "sweep_batch=$SWEEP_BATCH"
   echo "sweep_rows_small=$SWEEP_ROWS_SMALL"
+  echo "sweep=$SWEEP"
+  echo "group_commit_concurrency=$GROUP_COMMIT_CONCURRENCY"
   echo "sweep_rows_large=$sweep_rows_large"
   echo "sweep_rows_large_asked=$SWEEP_ROWS_LARGE"
   echo "has_sweep=$has_sweep"

@@ -160,12 +160,84 @@ def main(out):
     if errors:
         print(f"  note  {errors} calls failed (see the outcomes above)")
 
+    group_commit = group_commit_table(out, run, load, pgbench_tps, provider_alone, sim_latency_ms)
+
     with open(os.path.join(out, "summary.json"), "w") as file:
         json.dump({
             "run": run, "pgbench_new_tps": pg_new, "pgbench_by_key_tps": pg_by_key,
             "service_new": new, "service_duplicate": duplicate, "service_duplicate_uncached": uncached, "service_new_latency": latency,
             "pgbench_new_at_rate": sql_at_rate, "service_grpc_ceiling": ceiling, "provider_alone": provider_alone, "cpu_per_call_us": cpu, "peak_rss_mib": rss_mib, "sweep": sweep, "checks": checks,
+            "group_commit": group_commit,
         }, file, indent=1)
+
+
+def cpu_per_call(out, label, rate):
+    """CPU microseconds per call of each process group in one timed row, or None."""
+    path = os.path.join(out, f"cpu-{label}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        c = json.load(file)
+    calls = rate * c["wall_seconds"]
+    if calls <= 0:
+        return None
+    per = lambda ticks: ticks / c["ticks_per_second"] / calls * 1e6
+    row = {"postgres": per(c["postgres_ticks"]),
+           "service": per(c["service_ticks"]) if label.startswith("service") else None,
+           "simulator": per(c["simulator_ticks"]) if label.startswith("service") else None,
+           "client": c["client_seconds"] / calls * 1e6 if c["client_seconds"] is not None else None}
+    row["total"] = sum(v for v in row.values() if v is not None)
+    return row
+
+
+def group_commit_table(out, run, load, pgbench_tps, provider_alone, sim_latency_ms):
+    """Issue 21: new charges with group commit on and off against pgbench, side by side."""
+    concurrencies = run.get("group_commit_concurrency", "").split()
+    if not concurrencies:
+        return None
+    print()
+    print("group commit side by side (one service per row, pool = callers):")
+    print(f"{'':40}{'per second':>11}{'/ pgbench':>10}{'p50 ms':>9}{'p99 ms':>9}"
+          f"{'pg µs':>8}{'svc µs':>8}{'sim µs':>8}{'client':>8}{'total':>8}{'RSS MiB':>9}")
+    table = {}
+    for c in concurrencies:
+        pg = pgbench_tps(f"new-c{c}")
+        entry = {"pgbench_tps": pg, "pgbench_cpu_us": cpu_per_call(out, f"pgbench-new-c{c}", pg)}
+        cells = entry["pgbench_cpu_us"] or {}
+        fmt = lambda v: f"{v:8.0f}" if v is not None else f"{'-':>8}"
+        print(f"{'pgbench new-charge SQL, ' + c + ' clients':40}{pg:11.1f}{1.0:10.2f}{'':18}"
+              + "".join(fmt(cells.get(k)) for k in ("postgres", "service", "simulator", "client", "total")))
+        for switch in ("on", "off"):
+            report = load(f"service-new-gc-{switch}-c{c}.json")
+            if not report:
+                continue
+            rate = report["ok_per_second"]
+            cpu = cpu_per_call(out, f"service-new-gc-{switch}-c{c}", rate) or {}
+            rss = load(f"rss-gc-{switch}-c{c}.json")
+            rss_mib = rss["kib"] / 1024 if rss else None
+            l = report["latency_ms"]
+            print(f"{'chargeguard new, group commit ' + switch + ', ' + c:40}{rate:11.1f}{rate / pg:10.2f}"
+                  f"{l['p50']:9.2f}{l['p99']:9.2f}"
+                  + "".join(fmt(cpu.get(k)) for k in ("postgres", "service", "simulator", "client", "total"))
+                  + (f"{rss_mib:9.1f}" if rss_mib else ""))
+            entry[switch] = {"report": report, "ratio_to_pgbench": rate / pg, "cpu_us": cpu, "peak_rss_mib": rss_mib,
+                             "errors": report["errors"], "outcomes": report["outcomes"]}
+        table[c] = entry
+    sim_own_p99 = provider_alone["latency_ms"]["p99"] if provider_alone else sim_latency_ms
+    for switch in ("on", "off"):
+        latency = load(f"service-new-latency-gc-{switch}.json")
+        if latency:
+            added = latency["latency_ms"]["p99"] - sim_own_p99
+            print(f"  group commit {switch}, simulator at {sim_latency_ms:g} ms, {run['concurrency']} callers: p99 "
+                  f"{latency['latency_ms']['p99']:.2f} ms = {added:+.2f} ms over the simulator's own p99 ({sim_own_p99:.2f} ms); "
+                  f"p50 {latency['latency_ms']['p50']:.2f} ms")
+            table[f"latency_{switch}"] = {"report": latency, "p99_added_ms": added}
+    for c, entry in table.items():
+        if isinstance(entry, dict) and "on" in entry and "off" in entry:
+            on, off = entry["on"]["report"]["ok_per_second"], entry["off"]["report"]["ok_per_second"]
+            print(f"  at {c}: group commit on / off = {on / off:.2f}; on / pgbench = {on / entry['pgbench_tps']:.2f}; "
+                  f"off / pgbench = {off / entry['pgbench_tps']:.2f}; failed calls on {entry['on']['errors']}, off {entry['off']['errors']}")
+    return table
 
 
 def cpu_table(out, load, pgbench_tps):
@@ -181,21 +253,11 @@ def cpu_table(out, load, pgbench_tps):
     }
     table = {}
     for name, (label, rate) in rows.items():
-        path = os.path.join(out, f"cpu-{label}.json")
-        if not os.path.exists(path):
+        if not os.path.exists(os.path.join(out, f"cpu-{label}.json")):
             continue
-        with open(path) as file:
-            c = json.load(file)
-        calls = rate() * c["wall_seconds"]
-        if calls <= 0:
-            continue
-        per = lambda ticks: ticks / c["ticks_per_second"] / calls * 1e6
-        row = {"postgres": per(c["postgres_ticks"]),
-               "service": per(c["service_ticks"]) if label.startswith("service") else None,
-               "simulator": per(c["simulator_ticks"]) if label.startswith("service") else None,
-               "client": c["client_seconds"] / calls * 1e6 if c["client_seconds"] is not None else None}
-        row["total"] = sum(v for v in row.values() if v is not None)
-        table[name] = row
+        row = cpu_per_call(out, label, rate())
+        if row:
+            table[name] = row
     return table
 
 

@@ -100,6 +100,21 @@ pub struct DatabaseConfig {
     pub acquire_timeout_ms: u64,
     pub statement_timeout_ms: u64,
     pub migrate_on_start: bool,
+    /// PostgreSQL only: concurrent charges' inserts and results share statements and commits.
+    pub group_commit: GroupCommitConfig,
+}
+
+/// `[database.group_commit]`: how concurrent `insert_pending` and `finish_round` calls are
+/// grouped into one statement each (store/group_commit.rs).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupCommitConfig {
+    pub enabled: bool,
+    /// Rows in one statement at most.
+    pub batch_max: usize,
+    /// How long a batch may be held open for more rows once the service is busy (the previous
+    /// batch had company); 0 never holds one. An idle service's first caller never waits.
+    pub wait_max_us: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -414,7 +429,14 @@ impl Default for DatabaseConfig {
             acquire_timeout_ms: 5_000,
             statement_timeout_ms: 5_000,
             migrate_on_start: true,
+            group_commit: GroupCommitConfig::default(),
         }
+    }
+}
+
+impl Default for GroupCommitConfig {
+    fn default() -> Self {
+        Self { enabled: true, batch_max: 64, wait_max_us: 0 }
     }
 }
 
@@ -519,6 +541,8 @@ impl Config {
         check((1..=1_000).contains(&self.database.connections_max), "database.connections_max must be 1-1000");
         check((100..=600_000).contains(&self.database.statement_timeout_ms), "database.statement_timeout_ms must be 100-600000");
         check((100..=600_000).contains(&self.database.acquire_timeout_ms), "database.acquire_timeout_ms must be 100-600000");
+        check((1..=1_000).contains(&self.database.group_commit.batch_max), "database.group_commit.batch_max must be 1-1000");
+        check(self.database.group_commit.wait_max_us <= 100_000, "database.group_commit.wait_max_us must be 0-100000");
         check((100..=300_000).contains(&provider.call_timeout_ms), "provider.call_timeout_ms must be 100-300000");
         check(provider.idle_connections_max <= 1_024, "provider.idle_connections_max must be 0-1024");
         check((1..=1_000).contains(&provider.lookup_pages_max), "provider.lookup_pages_max must be 1-1000");

@@ -32,12 +32,21 @@ static METRICS: OnceLock<PrometheusHandle> = OnceLock::new();
 /// provider round of a few milliseconds to a sweep pass of a minute.
 const LATENCY_BUCKETS_SECONDS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0];
 
+/// Rows per group-commit statement (`store/group_commit.rs`): a count, not a latency; up to
+/// `database.group_commit.batch_max`'s bound.
+const BATCH_ROWS_BUCKETS: [f64; 11] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1_000.0];
+
 /// The process-wide Prometheus recorder, installed on first use. One per process: several
 /// applications in one test process share it.
 pub fn metrics_handle() -> &'static PrometheusHandle {
     METRICS.get_or_init(|| {
         PrometheusBuilder::new()
             .set_buckets(&LATENCY_BUCKETS_SECONDS)
+            .expect("bucket list is not empty")
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("chargeguard_group_commit_batch_rows".to_owned()),
+                &BATCH_ROWS_BUCKETS,
+            )
             .expect("bucket list is not empty")
             .install_recorder()
             .expect("no other metrics recorder is installed in this process")

@@ -3,9 +3,11 @@
 //! Every method is one short statement or transaction: nothing here is ever held open across
 //! a provider call.
 
+pub mod group_commit;
 pub mod inbox;
 pub mod open;
 pub mod postgres;
+mod postgres_group;
 mod postgres_inbox;
 mod postgres_refund;
 mod row;

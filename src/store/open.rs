@@ -126,10 +126,13 @@ pub async fn open(config: &DatabaseConfig) -> Result<OpenedStore, StoreError> {
                 acquire_timeout,
                 statement_timeout,
             };
-            Ok(OpenedStore::Postgres(PostgresStore::connect_lazy(
-                url.expose(),
-                &options,
-            )?))
+            let store = PostgresStore::connect_lazy(url.expose(), &options)?;
+            // SQLite has no group commit: its one writer lock already serializes writers, and
+            // a commit there is a local fsync with no round trip to share (README "Storage").
+            if config.group_commit.enabled {
+                return Ok(OpenedStore::Postgres(store.with_group_commit(&config.group_commit)));
+            }
+            Ok(OpenedStore::Postgres(store))
         }
         DatabaseLocation::SqliteUrl(path) => {
             create_parent_directory(&path)?;

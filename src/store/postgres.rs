@@ -7,11 +7,13 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, Row};
 use uuid::Uuid;
 
+use super::postgres_group::{FinishRequest, PostgresGroupCommit, limits_of};
 use super::row::{AttemptColumns, ColumnError, attempt_from_row, encode_progress, optional_attempt};
 use super::{
     AttemptStore, CallerTime, InsertOutcome, LeaseRequest, Leased, ListCursor, ListFilter,
     NewAttempt, RoundResult, StoreError, classify_returned, conflict_winner, micros_of,
 };
+use crate::config::GroupCommitConfig;
 use crate::domain::{
     Attempt, AttemptId, AttemptKind, AttemptStatus, ConsumerName, CustomerId, Description, LeaseOwner,
     ListProgress, OperationKey,
@@ -33,6 +35,8 @@ pub struct PostgresPoolOptions {
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// Set, `insert_pending` and `finish_round` go through group commit (`postgres_group.rs`).
+    group: Option<PostgresGroupCommit>,
 }
 
 impl PostgresStore {
@@ -69,11 +73,18 @@ impl PostgresStore {
                 })
             })
             .connect_lazy_with(connect_options);
-        Ok(Self { pool })
+        Ok(Self { pool, group: None })
     }
 
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self { pool, group: None }
+    }
+
+    /// The same store with `insert_pending` and `finish_round` grouped into shared statements
+    /// and commits; starts the two committer tasks on the current runtime.
+    pub fn with_group_commit(self, config: &GroupCommitConfig) -> Self {
+        let group = PostgresGroupCommit::spawn(&self.pool, limits_of(config));
+        Self { group: Some(group), ..self }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -93,7 +104,7 @@ pub(super) fn status_names(statuses: &[AttemptStatus]) -> Vec<String> {
     statuses.iter().map(|status| status.as_str().to_owned()).collect()
 }
 
-const UNFINISHED: [&str; 2] = ["pending", "requires_action"];
+pub(super) const UNFINISHED: [&str; 2] = ["pending", "requires_action"];
 
 /// The SET of a statement that takes a lease: $2 owner, $4 duration and $5 the key window's
 /// safe length in microseconds, `clock.database_now` the statement's reading. A lease taken
@@ -116,45 +127,109 @@ fn leased_from_row(row: &PgRow) -> Result<Leased, StoreError> {
     Ok(Leased { attempt, database_now })
 }
 
+/// `insert_pending`'s statement alone: the row it returned, if any (one round trip, one commit).
+pub(super) async fn insert_pending_statement(pool: &PgPool, new: &NewAttempt) -> Result<Option<Attempt>, StoreError> {
+    let metadata = serde_json::to_value(new.params.metadata.entries())
+        .map_err(|error| StoreError::Corrupt(error.to_string()))?;
+    // One round trip for every outcome (migrations 20261202000005, 20261203000001,
+    // 20261204000002): the row that holds the attempt, or the earlier attempt that refuses
+    // it, or else the new pending row. A duplicate, the common
+    // repeated call, costs one indexed read; the insert is not even started when the row is
+    // there. The function reads the database's clock for the key window, lease and check.
+    let row = sqlx::query(
+        "SELECT * FROM insert_pending_attempt(
+            $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+            $19)",
+    )
+    .bind(new.id.as_uuid())
+    .bind(new.consumer.as_str())
+    .bind(new.operation_key.as_str())
+    .bind(new.params.amount_minor)
+    .bind(new.params.currency.code())
+    .bind(new.params.payment_method.as_str())
+    .bind(new.params.customer.as_ref().map(CustomerId::as_str))
+    .bind(new.params.description.as_ref().map(Description::as_str))
+    .bind(metadata)
+    .bind(new.fingerprint.as_str())
+    .bind(new.provider)
+    .bind(new.idempotency_key.as_str())
+    .bind(new.generation as i32)
+    .bind(new.time.now)
+    .bind(new.time.shift_micros())
+    .bind(new.lease_owner.as_uuid())
+    .bind(micros_of(new.lease_duration))
+    .bind(micros_of(new.recovery_grace))
+    .bind(new.return_url.as_deref())
+    .fetch_optional(pool)
+    .await
+    .map_err(unavailable)?;
+    row.as_ref().map(attempt_from_row).transpose()
+}
+
+/// `finish_round`'s statement alone (one round trip, one commit).
+pub(super) async fn finish_round_statement(pool: &PgPool, request: &FinishRequest) -> Result<Option<Attempt>, StoreError> {
+    // In SET, `status` is the row's value before this update, so each CASE asks whether the
+    // move is allowed from the state the row really is in. A review reason is added to the
+    // earlier ones by the same function the webhook inbox uses (migration 20261203140001).
+    sqlx::query(
+        "UPDATE payment_attempts SET
+            failure_code = CASE WHEN status = ANY($3) THEN $6 ELSE failure_code END,
+            failure_message = CASE WHEN status = ANY($3) THEN $7 ELSE failure_message END,
+            next_action_type = CASE WHEN status = ANY($3) THEN $8 ELSE next_action_type END,
+            next_action_url = CASE WHEN status = ANY($3) THEN $9 ELSE next_action_url END,
+            provider_status = CASE WHEN status = ANY($12) THEN COALESCE($5, provider_status)
+                                   ELSE provider_status END,
+            action_started_at = CASE WHEN status = ANY($3) AND $2 = 'requires_action'
+                                     THEN now() + $15 * interval '1 microsecond'
+                                     ELSE action_started_at END,
+            status = CASE WHEN status = ANY($3) THEN $2 ELSE status END,
+            provider_payment_id = COALESCE(provider_payment_id, $4),
+            review_reason = append_review_reason(review_reason, $10::text),
+            provider_calls = provider_calls + $11,
+            check_count = check_count + 1,
+            next_check_at = now() + ($15::bigint + $13::bigint) * interval '1 microsecond',
+            last_error = $14,
+            create_replays_failure = create_replays_failure OR $17,
+            lookup_cursor = CASE WHEN $18 THEN $19 ELSE lookup_cursor END,
+            lease_owner = NULL,
+            lease_expires_at = NULL,
+            updated_at = now() + $15 * interval '1 microsecond'
+         WHERE id = $1 AND lease_owner = $16
+         RETURNING *",
+    )
+    .bind(request.id)
+    .bind(request.result.status.as_str())
+    .bind(status_names(&request.result.status.allowed_sources()))
+    .bind(request.result.provider_payment_id.as_deref())
+    .bind(request.result.provider_status.as_deref())
+    .bind(request.result.failure.as_ref().map(|failure| failure.code.as_str()))
+    .bind(request.result.failure.as_ref().map(|failure| failure.message.as_str()))
+    .bind(request.result.next_action.as_ref().map(|action| action.kind.as_str()))
+    .bind(request.result.next_action.as_ref().and_then(|action| action.redirect_url.as_deref()))
+    .bind(request.result.review_reason.as_deref())
+    .bind(request.result.calls_made as i32)
+    .bind(&UNFINISHED[..])
+    .bind(micros_of(request.result.next_check_in))
+    .bind(request.result.last_error.as_deref())
+    .bind(request.time.shift_micros())
+    .bind(request.owner.as_uuid())
+    .bind(request.result.create_replays_failure)
+    .bind(request.result.lookup_progress.is_some())
+    .bind(request.result.lookup_progress.as_ref().and_then(encode_progress))
+    .fetch_optional(pool)
+    .await
+    .map_err(unavailable)
+    .and_then(optional_attempt)
+}
+
 #[async_trait]
 impl AttemptStore for PostgresStore {
     async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
-        let metadata = serde_json::to_value(new.params.metadata.entries())
-            .map_err(|error| StoreError::Corrupt(error.to_string()))?;
-        // One round trip for every outcome (migrations 20261202000005, 20261203000001,
-        // 20261204000002): the row that holds the attempt, or the earlier attempt that refuses
-        // it, or else the new pending row. A duplicate, the common
-        // repeated call, costs one indexed read; the insert is not even started when the row is
-        // there. The function reads the database's clock for the key window, lease and check.
-        let row = sqlx::query(
-            "SELECT * FROM insert_pending_attempt(
-                $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                $19)",
-        )
-        .bind(new.id.as_uuid())
-        .bind(new.consumer.as_str())
-        .bind(new.operation_key.as_str())
-        .bind(new.params.amount_minor)
-        .bind(new.params.currency.code())
-        .bind(new.params.payment_method.as_str())
-        .bind(new.params.customer.as_ref().map(CustomerId::as_str))
-        .bind(new.params.description.as_ref().map(Description::as_str))
-        .bind(metadata)
-        .bind(new.fingerprint.as_str())
-        .bind(new.provider)
-        .bind(new.idempotency_key.as_str())
-        .bind(new.generation as i32)
-        .bind(new.time.now)
-        .bind(new.time.shift_micros())
-        .bind(new.lease_owner.as_uuid())
-        .bind(micros_of(new.lease_duration))
-        .bind(micros_of(new.recovery_grace))
-        .bind(new.return_url.as_deref())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(unavailable)?;
-        if let Some(row) = row {
-            let attempt = attempt_from_row(&row)?;
+        let returned = match &self.group {
+            Some(group) => group.insert.submit(new.clone()).await??,
+            None => insert_pending_statement(&self.pool, new).await?,
+        };
+        if let Some(attempt) = returned {
             // Only the row this call proposed carries its new id.
             if attempt.id == new.id {
                 return Ok(InsertOutcome::Inserted(attempt));
@@ -312,58 +387,11 @@ impl AttemptStore for PostgresStore {
         result: &RoundResult,
         time: CallerTime,
     ) -> Result<Option<Attempt>, StoreError> {
-        // In SET, `status` is the row's value before this update, so each CASE asks whether the
-        // move is allowed from the state the row really is in. A review reason is added to the
-        // earlier ones by the same function the webhook inbox uses (migration 20261203140001).
-        sqlx::query(
-            "UPDATE payment_attempts SET
-                failure_code = CASE WHEN status = ANY($3) THEN $6 ELSE failure_code END,
-                failure_message = CASE WHEN status = ANY($3) THEN $7 ELSE failure_message END,
-                next_action_type = CASE WHEN status = ANY($3) THEN $8 ELSE next_action_type END,
-                next_action_url = CASE WHEN status = ANY($3) THEN $9 ELSE next_action_url END,
-                provider_status = CASE WHEN status = ANY($12) THEN COALESCE($5, provider_status)
-                                       ELSE provider_status END,
-                action_started_at = CASE WHEN status = ANY($3) AND $2 = 'requires_action'
-                                         THEN now() + $15 * interval '1 microsecond'
-                                         ELSE action_started_at END,
-                status = CASE WHEN status = ANY($3) THEN $2 ELSE status END,
-                provider_payment_id = COALESCE(provider_payment_id, $4),
-                review_reason = append_review_reason(review_reason, $10::text),
-                provider_calls = provider_calls + $11,
-                check_count = check_count + 1,
-                next_check_at = now() + ($15::bigint + $13::bigint) * interval '1 microsecond',
-                last_error = $14,
-                create_replays_failure = create_replays_failure OR $17,
-                lookup_cursor = CASE WHEN $18 THEN $19 ELSE lookup_cursor END,
-                lease_owner = NULL,
-                lease_expires_at = NULL,
-                updated_at = now() + $15 * interval '1 microsecond'
-             WHERE id = $1 AND lease_owner = $16
-             RETURNING *",
-        )
-        .bind(id.as_uuid())
-        .bind(result.status.as_str())
-        .bind(status_names(&result.status.allowed_sources()))
-        .bind(result.provider_payment_id.as_deref())
-        .bind(result.provider_status.as_deref())
-        .bind(result.failure.as_ref().map(|failure| failure.code.as_str()))
-        .bind(result.failure.as_ref().map(|failure| failure.message.as_str()))
-        .bind(result.next_action.as_ref().map(|action| action.kind.as_str()))
-        .bind(result.next_action.as_ref().and_then(|action| action.redirect_url.as_deref()))
-        .bind(result.review_reason.as_deref())
-        .bind(result.calls_made as i32)
-        .bind(&UNFINISHED[..])
-        .bind(micros_of(result.next_check_in))
-        .bind(result.last_error.as_deref())
-        .bind(time.shift_micros())
-        .bind(owner.as_uuid())
-        .bind(result.create_replays_failure)
-        .bind(result.lookup_progress.is_some())
-        .bind(result.lookup_progress.as_ref().and_then(encode_progress))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(unavailable)
-        .and_then(optional_attempt)
+        let request = FinishRequest { id: id.as_uuid(), owner, result: result.clone(), time };
+        match &self.group {
+            Some(group) => group.finish.submit(request).await?,
+            None => finish_round_statement(&self.pool, &request).await,
+        }
     }
 
     async fn clear_review(

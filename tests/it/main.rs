@@ -11,6 +11,7 @@ mod charge;
 mod client;
 mod embedded;
 mod finance;
+mod group_commit;
 mod insert_race;
 mod migrations;
 mod model;

@@ -72,6 +72,8 @@ pub struct ChildSpec<'a> {
     pub lease_ms: u64,
     /// `database.statement_timeout_ms`; a short lease needs a short one (config validates).
     pub statement_timeout_ms: u64,
+    /// `database.group_commit.enabled`: the test run's choice (`support::group_commit_enabled`).
+    pub group_commit: bool,
 }
 
 impl Default for ChildSpec<'_> {
@@ -87,6 +89,7 @@ impl Default for ChildSpec<'_> {
             // test looks at them (tests move the in-process app's clock past them).
             lease_ms: 60_000,
             statement_timeout_ms: 5_000,
+            group_commit: crate::support::group_commit_enabled(),
         }
     }
 }
@@ -144,6 +147,7 @@ http_listen = "127.0.0.1:0"
 [database]
 url = "{database}?application_name={session_name}"
 statement_timeout_ms = {statement_timeout_ms}
+group_commit = {{ enabled = {group_commit} }}
 
 [provider]
 api_key = "{SIM_API_KEY}"
@@ -167,6 +171,7 @@ token_sha256 = "{token}"
         call_timeout_ms = spec.call_timeout_ms,
         lease_ms = spec.lease_ms,
         statement_timeout_ms = spec.statement_timeout_ms,
+        group_commit = spec.group_commit,
     )
 }
 
@@ -318,10 +323,26 @@ impl ChildProcess {
         self.wait_for_sessions_to_end().await;
     }
 
+    /// Kills the child with SIGKILL, as an operator's kill -9 or the OOM killer would: no
+    /// reply, no cleanup. Statements it sent may still run (and commit) in the database: see
+    /// [`Self::wait_for_sessions_to_end`] before looking. `&self`, so that calls to the child
+    /// can be in flight meanwhile; [`Self::reap`] then collects it.
+    pub fn kill_now(&self) {
+        let pid = self.process.id().expect("the child still runs");
+        let status = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+        assert!(status.success(), "kill -KILL {pid}");
+    }
+
+    /// Waits for a child killed by [`Self::kill_now`] and checks that SIGKILL ended it.
+    pub async fn reap(&mut self) {
+        let status = tokio::time::timeout(CHILD_WAIT_MAX, self.process.wait()).await.unwrap().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{}", self.log());
+    }
+
     /// A statement the child sent just before it died still runs, and may commit, in its
     /// server session; the database ends the session only after that. Until then the dead
     /// process can still change rows, so tests look only once its sessions are gone.
-    async fn wait_for_sessions_to_end(&self) {
+    pub async fn wait_for_sessions_to_end(&self) {
         let pool = sqlx::PgPool::connect(&self.database_url).await.unwrap();
         let gone = async {
             loop {

@@ -5,6 +5,7 @@ mod child;
 mod concurrency;
 mod crash;
 mod key_window;
+mod killed_batch;
 mod lookup;
 mod outage;
 mod refund_window;

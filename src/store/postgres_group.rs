@@ -1,0 +1,250 @@
+//! The batch statements of group commit on PostgreSQL (`group_commit.rs` decides who goes
+//! together): `insert_pending` and `finish_round` of many callers, each as one statement and one
+//! commit, each row answered exactly as its statement alone would answer it.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::postgres::{PgPool, PgRow};
+use uuid::Uuid;
+
+use super::group_commit::{BatchError, BatchStatement, GroupCommitLimits, GroupCommitter};
+use super::postgres::{finish_round_statement, insert_pending_statement, status_names};
+use super::row::{attempt_from_row, encode_progress};
+use super::{CallerTime, NewAttempt, RoundResult, StoreError, micros_of};
+use crate::domain::{Attempt, CustomerId, Description, LeaseOwner};
+
+/// The column each batch statement adds to a returned row: which request (1-based) it answers.
+const ORDINAL: &str = "batch_ordinal";
+
+/// One caller's answer: the row its statement returned, if any, or its own row's error.
+pub(super) type RowAnswer = Result<Option<Attempt>, StoreError>;
+
+/// The two committers of one store.
+#[derive(Clone)]
+pub(super) struct PostgresGroupCommit {
+    pub insert: GroupCommitter<InsertBatch>,
+    pub finish: GroupCommitter<FinishBatch>,
+}
+
+impl PostgresGroupCommit {
+    pub fn spawn(pool: &PgPool, limits: GroupCommitLimits) -> Self {
+        Self {
+            insert: GroupCommitter::spawn(InsertBatch { pool: pool.clone() }, limits),
+            finish: GroupCommitter::spawn(FinishBatch { pool: pool.clone() }, limits),
+        }
+    }
+}
+
+/// What a failed batch statement means for its callers. Nothing of it committed either way; a
+/// row's data (a constraint, a raised error) is the row's own failure, anything else (timeout
+/// `57014`, a terminated backend, a lost connection, a deadlock, the pool) the batch's.
+fn batch_error(error: sqlx::Error) -> BatchError {
+    let message = error.to_string();
+    let Some(database_error) = error.as_database_error() else {
+        return BatchError::Unavailable(message);
+    };
+    let class = database_error.code().map(|code| code.chars().take(2).collect::<String>()).unwrap_or_default();
+    match class.as_str() {
+        // integrity, data, a function's RAISE: the data of some row.
+        "22" | "23" | "P0" => BatchError::RowRejected(message),
+        _ => BatchError::Unavailable(message),
+    }
+}
+
+/// Puts each returned row where its request is; a request whose statement returned nothing
+/// gets `None`, as the single statement's `fetch_optional` would.
+fn answers_by_ordinal(rows: &[PgRow], requests: usize) -> Result<Vec<RowAnswer>, BatchError> {
+    let mut answers: Vec<RowAnswer> = (0..requests).map(|_| Ok(None)).collect();
+    for row in rows {
+        let ordinal: i64 = row.try_get(ORDINAL).map_err(|error| BatchError::Unavailable(error.to_string()))?;
+        let slot = usize::try_from(ordinal - 1)
+            .ok()
+            .and_then(|index| answers.get_mut(index))
+            .ok_or_else(|| BatchError::Unavailable(format!("a batch row answers request {ordinal} of {requests}")))?;
+        // Each statement returns at most one row per request (one attempt, or one row updated).
+        if !matches!(slot, Ok(None)) {
+            return Err(BatchError::Unavailable(format!("two rows answer request {ordinal}")));
+        }
+        *slot = attempt_from_row(row).map(Some);
+    }
+    Ok(answers)
+}
+
+pub(super) struct InsertBatch {
+    pool: PgPool,
+}
+
+#[async_trait]
+impl BatchStatement for InsertBatch {
+    type Request = NewAttempt;
+    type Answer = RowAnswer;
+
+    /// Attempts of one operation may share a batch: the function is called row after row in
+    /// one statement, each call's reads seeing the rows earlier calls wrote (a volatile
+    /// function takes a new snapshot per query), so the second finds the first.
+    fn key(_: &NewAttempt) -> Option<Uuid> {
+        None
+    }
+
+    async fn run_batch(&self, requests: &[NewAttempt]) -> Result<Vec<RowAnswer>, BatchError> {
+        let mut metadata = Vec::with_capacity(requests.len());
+        for new in requests {
+            metadata.push(
+                serde_json::to_value(new.params.metadata.entries())
+                    .map_err(|error| BatchError::RowRejected(error.to_string()))?,
+            );
+        }
+        let column = |value: fn(&NewAttempt) -> Option<String>| requests.iter().map(value).collect::<Vec<_>>();
+        // One call of the same function the single statement calls, per row, in request order
+        // (the lateral call depends on each unnest row in turn). ord is 1-based.
+        let rows = sqlx::query(
+            "SELECT u.ord AS batch_ordinal, a.*
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                         $7::text[], $8::text[], $9::jsonb[], $10::text[], $11::text[], $12::text[],
+                         $13::integer[], $14::timestamptz[], $15::bigint[], $16::uuid[],
+                         $17::bigint[], $18::bigint[], $19::text[])
+                  WITH ORDINALITY AS u(id, consumer, operation_key, amount_minor, currency,
+                         payment_method, customer, description, metadata, fingerprint, provider,
+                         idempotency_key, generation, process_now, shift_us, lease_owner, lease_us,
+                         grace_us, return_url, ord)
+             CROSS JOIN LATERAL insert_pending_attempt(
+                 u.id, u.consumer, u.operation_key, u.amount_minor, u.currency, u.payment_method,
+                 u.customer, u.description, u.metadata, u.fingerprint, u.provider,
+                 u.idempotency_key, u.generation, u.process_now, u.shift_us, u.lease_owner,
+                 u.lease_us, u.grace_us, u.return_url) AS a",
+        )
+        .bind(requests.iter().map(|new| new.id.as_uuid()).collect::<Vec<_>>())
+        .bind(column(|new| Some(new.consumer.as_str().to_owned())))
+        .bind(column(|new| Some(new.operation_key.as_str().to_owned())))
+        .bind(requests.iter().map(|new| new.params.amount_minor).collect::<Vec<_>>())
+        .bind(column(|new| Some(new.params.currency.code().to_owned())))
+        .bind(column(|new| Some(new.params.payment_method.as_str().to_owned())))
+        .bind(column(|new| new.params.customer.as_ref().map(|customer| CustomerId::as_str(customer).to_owned())))
+        .bind(column(|new| new.params.description.as_ref().map(|text| Description::as_str(text).to_owned())))
+        .bind(metadata)
+        .bind(column(|new| Some(new.fingerprint.as_str().to_owned())))
+        .bind(column(|new| Some(new.provider.to_owned())))
+        .bind(column(|new| Some(new.idempotency_key.as_str().to_owned())))
+        .bind(requests.iter().map(|new| new.generation as i32).collect::<Vec<_>>())
+        .bind(requests.iter().map(|new| new.time.now).collect::<Vec<_>>())
+        .bind(requests.iter().map(|new| new.time.shift_micros()).collect::<Vec<_>>())
+        .bind(requests.iter().map(|new| new.lease_owner.as_uuid()).collect::<Vec<_>>())
+        .bind(requests.iter().map(|new| micros_of(new.lease_duration)).collect::<Vec<_>>())
+        .bind(requests.iter().map(|new| micros_of(new.recovery_grace)).collect::<Vec<_>>())
+        .bind(column(|new| new.return_url.clone()))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(batch_error)?;
+        answers_by_ordinal(&rows, requests.len())
+    }
+
+    async fn run_one(&self, new: &NewAttempt) -> Result<RowAnswer, StoreError> {
+        Ok(insert_pending_statement(&self.pool, new).await)
+    }
+}
+
+/// One caller's `finish_round`.
+#[derive(Debug, Clone)]
+pub(super) struct FinishRequest {
+    pub id: Uuid,
+    pub owner: LeaseOwner,
+    pub result: RoundResult,
+    pub time: CallerTime,
+}
+
+pub(super) struct FinishBatch {
+    pool: PgPool,
+}
+
+#[async_trait]
+impl BatchStatement for FinishBatch {
+    type Request = FinishRequest;
+    type Answer = RowAnswer;
+
+    /// An UPDATE … FROM changes a row once however many batch rows join it: two results for
+    /// one attempt go in separate batches, the second judged against the first's write.
+    fn key(request: &FinishRequest) -> Option<Uuid> {
+        Some(request.id)
+    }
+
+    async fn run_batch(&self, requests: &[FinishRequest]) -> Result<Vec<RowAnswer>, BatchError> {
+        let texts = |value: fn(&RoundResult) -> Option<String>| {
+            requests.iter().map(|request| value(&request.result)).collect::<Vec<_>>()
+        };
+        // Each SET reads the row's value before the update (`status`), as the single statement's
+        // does; the batch's own columns are prefixed r_ so that no name is ambiguous. The allowed
+        // sources of each row's new status travel as one comma-separated text (an array of
+        // arrays does not unnest row by row).
+        let rows = sqlx::query(
+            "UPDATE payment_attempts SET
+                failure_code = CASE WHEN status = ANY(r.r_sources) THEN r.r_failure_code ELSE failure_code END,
+                failure_message = CASE WHEN status = ANY(r.r_sources) THEN r.r_failure_message ELSE failure_message END,
+                next_action_type = CASE WHEN status = ANY(r.r_sources) THEN r.r_action_type ELSE next_action_type END,
+                next_action_url = CASE WHEN status = ANY(r.r_sources) THEN r.r_action_url ELSE next_action_url END,
+                provider_status = CASE WHEN status = ANY($17) THEN COALESCE(r.r_provider_status, provider_status)
+                                       ELSE provider_status END,
+                action_started_at = CASE WHEN status = ANY(r.r_sources) AND r.r_status = 'requires_action'
+                                         THEN now() + r.r_shift_us * interval '1 microsecond'
+                                         ELSE action_started_at END,
+                status = CASE WHEN status = ANY(r.r_sources) THEN r.r_status ELSE status END,
+                provider_payment_id = COALESCE(provider_payment_id, r.r_payment_id),
+                review_reason = append_review_reason(review_reason, r.r_review_reason),
+                provider_calls = provider_calls + r.r_calls,
+                check_count = check_count + 1,
+                next_check_at = now() + (r.r_shift_us + r.r_next_check_us) * interval '1 microsecond',
+                last_error = r.r_last_error,
+                create_replays_failure = create_replays_failure OR r.r_replays_failure,
+                lookup_cursor = CASE WHEN r.r_has_lookup THEN r.r_lookup_cursor ELSE lookup_cursor END,
+                lease_owner = NULL,
+                lease_expires_at = NULL,
+                updated_at = now() + r.r_shift_us * interval '1 microsecond'
+             FROM (SELECT u.*, string_to_array(u.r_sources_text, ',') AS r_sources
+                   FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[],
+                               $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
+                               $11::text[], $12::integer[], $13::bigint[], $14::text[],
+                               $15::bigint[], $16::boolean[], $18::boolean[], $19::text[])
+                        WITH ORDINALITY AS u(r_id, r_owner, r_status, r_sources_text,
+                               r_payment_id, r_provider_status, r_failure_code,
+                               r_failure_message, r_action_type, r_action_url, r_review_reason,
+                               r_calls, r_next_check_us, r_last_error, r_shift_us,
+                               r_replays_failure, r_has_lookup, r_lookup_cursor, r_ordinal)) AS r
+             WHERE payment_attempts.id = r.r_id AND payment_attempts.lease_owner = r.r_owner
+             RETURNING r.r_ordinal AS batch_ordinal, payment_attempts.*",
+        )
+        .bind(requests.iter().map(|request| request.id).collect::<Vec<_>>())
+        .bind(requests.iter().map(|request| request.owner.as_uuid()).collect::<Vec<_>>())
+        .bind(texts(|result| Some(result.status.as_str().to_owned())))
+        .bind(texts(|result| Some(status_names(&result.status.allowed_sources()).join(","))))
+        .bind(texts(|result| result.provider_payment_id.clone()))
+        .bind(texts(|result| result.provider_status.clone()))
+        .bind(texts(|result| result.failure.as_ref().map(|failure| failure.code.clone())))
+        .bind(texts(|result| result.failure.as_ref().map(|failure| failure.message.clone())))
+        .bind(texts(|result| result.next_action.as_ref().map(|action| action.kind.clone())))
+        .bind(texts(|result| result.next_action.as_ref().and_then(|action| action.redirect_url.clone())))
+        .bind(texts(|result| result.review_reason.clone()))
+        .bind(requests.iter().map(|request| request.result.calls_made as i32).collect::<Vec<_>>())
+        .bind(requests.iter().map(|request| micros_of(request.result.next_check_in)).collect::<Vec<_>>())
+        .bind(texts(|result| result.last_error.clone()))
+        .bind(requests.iter().map(|request| request.time.shift_micros()).collect::<Vec<_>>())
+        .bind(requests.iter().map(|request| request.result.create_replays_failure).collect::<Vec<_>>())
+        .bind(&super::postgres::UNFINISHED[..])
+        .bind(requests.iter().map(|request| request.result.lookup_progress.is_some()).collect::<Vec<_>>())
+        .bind(texts(|result| result.lookup_progress.as_ref().and_then(encode_progress)))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(batch_error)?;
+        answers_by_ordinal(&rows, requests.len())
+    }
+
+    async fn run_one(&self, request: &FinishRequest) -> Result<RowAnswer, StoreError> {
+        Ok(finish_round_statement(&self.pool, request).await)
+    }
+}
+
+/// The limits of `[database.group_commit]`.
+pub(super) fn limits_of(config: &crate::config::GroupCommitConfig) -> GroupCommitLimits {
+    GroupCommitLimits {
+        batch_max: config.batch_max,
+        wait_max: std::time::Duration::from_micros(config.wait_max_us),
+    }
+}

@@ -1,0 +1,206 @@
+//! Group commit on PostgreSQL (issue 21): concurrent charges share their insert and finish
+//! statements, yet each caller hears its own answer; a batch that fails as a whole (statement
+//! timeout, terminated backend) answers every caller "unavailable, retry", and the retries charge
+//! each operation once. Money is counted at the simulator.
+//!
+//! Batches are made deterministic by holding `payment_attempts` locked against writes (reads go
+//! on): the first batch waits in the database, and the callers behind it queue into the next.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chargeguard::grpc::proto::{AttemptStatus as ProtoStatus, ChargeOutcome, ChargeResponse};
+use sqlx::{PgPool, Postgres, Transaction};
+use tokio::task::JoinHandle;
+use tonic::Status;
+
+use crate::support::{TestApp, charge_request, error_code, outcome_of, status_of};
+
+/// Bound on polling for a batch to wait on the lock.
+const POLLS_MAX: u32 = 1_000;
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// Time for the callers behind a blocked batch to reach the committer's queue (debug build, 2
+/// shared cores).
+const QUEUE_SETTLE: Duration = Duration::from_secs(2);
+
+/// Holds payment_attempts against writes until the transaction ends; reads go on.
+pub async fn lock_writes(pool: &PgPool) -> Transaction<'static, Postgres> {
+    let mut lock = pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE payment_attempts IN EXCLUSIVE MODE").execute(&mut *lock).await.unwrap();
+    lock
+}
+
+/// The backends of this database waiting on a lock (the batch statement in flight).
+async fn blocked_backends(pool: &PgPool) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Waits (bounded) until a statement of this database waits on a lock; returns the backends.
+pub async fn wait_for_a_blocked_batch(pool: &PgPool) -> Vec<i32> {
+    for _ in 0..POLLS_MAX {
+        let blocked = blocked_backends(pool).await;
+        if !blocked.is_empty() {
+            return blocked;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    panic!("no batch ever waited on the lock");
+}
+
+fn charge_all(app: &TestApp, operations: &[String]) -> Vec<JoinHandle<Result<ChargeResponse, Status>>> {
+    operations
+        .iter()
+        .map(|operation| {
+            let grpc = app.grpc_addr;
+            let request = charge_request(operation);
+            tokio::spawn(async move {
+                let mut client = chargeguard::grpc::proto::payments_client::PaymentsClient::connect(format!(
+                    "http://{grpc}"
+                ))
+                .await
+                .unwrap();
+                client
+                    .charge(crate::support::authed(crate::support::ORDERS_TOKEN, request))
+                    .await
+                    .map(|response| response.into_inner())
+            })
+        })
+        .collect()
+}
+
+async fn answers(calls: Vec<JoinHandle<Result<ChargeResponse, Status>>>) -> Vec<Result<ChargeResponse, Status>> {
+    let mut answers = Vec::with_capacity(calls.len());
+    for call in calls {
+        answers.push(call.await.unwrap());
+    }
+    answers
+}
+
+/// Payment intents at the simulator per operation key (the metadata every create carries).
+async fn intents_per_operation(app: &TestApp) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for intent in app.sim().ledger().await.unwrap().payment_intents {
+        let operation = intent.metadata.get("chargeguard_operation_key").cloned().unwrap_or_default();
+        *counts.entry(operation).or_default() += 1;
+    }
+    counts
+}
+
+/// Retries of `operations` that nothing was written for: each applied, one charge each.
+async fn retries_charge_each_once(app: &TestApp, operations: &[String]) {
+    for answer in answers(charge_all(app, operations)).await {
+        assert_eq!(outcome_of(&answer.unwrap()), ChargeOutcome::Applied);
+    }
+    let intents = intents_per_operation(app).await;
+    assert_eq!(intents.len(), operations.len());
+    assert!(intents.values().all(|count| *count == 1), "{intents:?}");
+}
+
+/// 48 new operations and 16 concurrent duplicates of some of them, 64 calls: every operation is
+/// applied exactly once, every duplicate answered from its row, one create per operation.
+#[tokio::test]
+async fn sixty_four_concurrent_charges_with_duplicates_in_one_batch_each_get_their_own_answer() {
+    let app = TestApp::spawn_with(|config| config.database.group_commit.enabled = true).await;
+    let pool = PgPool::connect(&app.database.url).await.unwrap();
+    let distinct: Vec<String> = (0..48).map(|index| format!("gc-{index}")).collect();
+    let mut operations = distinct.clone();
+    // Duplicates interleaved with the new ones, so that pairs share a batch.
+    for index in 0..16 {
+        operations.insert(index * 4 + 1, format!("gc-{index}"));
+    }
+    assert_eq!(operations.len(), 64);
+
+    let lock = lock_writes(&pool).await;
+    let calls = charge_all(&app, &operations);
+    wait_for_a_blocked_batch(&pool).await;
+    tokio::time::sleep(QUEUE_SETTLE).await;
+    lock.commit().await.unwrap();
+
+    let answers = answers(calls).await;
+    let mut applied: BTreeMap<String, usize> = BTreeMap::new();
+    for (operation, answer) in operations.iter().zip(&answers) {
+        let response = answer.as_ref().unwrap_or_else(|error| panic!("{operation}: {error:?}"));
+        assert_eq!(status_of(response), ProtoStatus::Succeeded, "{operation}");
+        match outcome_of(response) {
+            ChargeOutcome::Applied => *applied.entry(operation.clone()).or_default() += 1,
+            ChargeOutcome::Duplicate | ChargeOutcome::Reconciled => {}
+            other => panic!("{operation}: {other:?}"),
+        }
+    }
+    assert_eq!(applied.len(), 48, "every operation applied: {applied:?}");
+    assert!(applied.values().all(|count| *count == 1), "none applied twice: {applied:?}");
+    let intents = intents_per_operation(&app).await;
+    assert_eq!(intents.len(), 48);
+    assert!(intents.values().all(|count| *count == 1), "one charge per operation: {intents:?}");
+    assert_eq!(app.attempt_rows().await, 48);
+
+    // The rows of one batch share their transaction's start (created_at): the 64 calls went in
+    // a handful of statements, not one each.
+    let statements: i64 = sqlx::query_scalar("SELECT count(DISTINCT created_at) FROM payment_attempts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(statements <= 8, "48 inserts in {statements} statements");
+}
+
+/// Every caller of a batch that timed out hears "unavailable"; nothing was written or sent, and
+/// the retries charge each operation once.
+#[tokio::test]
+async fn a_statement_timeout_answers_every_caller_of_the_batch_retryably_and_a_retry_charges_once() {
+    let app = TestApp::spawn_with(|config| {
+        config.database.group_commit.enabled = true;
+        config.database.statement_timeout_ms = 300;
+    })
+    .await;
+    let pool = PgPool::connect(&app.database.url).await.unwrap();
+    let operations: Vec<String> = (0..16).map(|index| format!("gc-timeout-{index}")).collect();
+
+    let lock = lock_writes(&pool).await;
+    let calls = charge_all(&app, &operations);
+    for answer in answers(calls).await {
+        let error = answer.expect_err("the batch timed out behind the lock");
+        assert_eq!(error.code(), tonic::Code::Unavailable, "{error:?}");
+        assert_eq!(error_code(&error), "unavailable", "{error:?}");
+    }
+    lock.commit().await.unwrap();
+    assert_eq!(app.attempt_rows().await, 0, "nothing committed");
+    assert!(app.creates().await.is_empty(), "nothing sent to the provider");
+
+    retries_charge_each_once(&app, &operations).await;
+}
+
+/// A batch whose backend is terminated mid-statement committed nothing: its callers hear
+/// "unavailable", and their retries charge each operation once.
+#[tokio::test]
+async fn a_terminated_backend_fails_its_batch_as_a_whole_and_loses_or_duplicates_nothing() {
+    let app = TestApp::spawn_with(|config| config.database.group_commit.enabled = true).await;
+    let pool = PgPool::connect(&app.database.url).await.unwrap();
+    let operations: Vec<String> = (0..16).map(|index| format!("gc-terminated-{index}")).collect();
+
+    let lock = lock_writes(&pool).await;
+    let calls = charge_all(&app, &operations);
+    wait_for_a_blocked_batch(&pool).await;
+    tokio::time::sleep(QUEUE_SETTLE).await;
+    // Every batch that reaches the database while the lock is held is terminated there.
+    while !calls.iter().all(JoinHandle::is_finished) {
+        for pid in blocked_backends(&pool).await {
+            sqlx::query("SELECT pg_terminate_backend($1)").bind(pid).execute(&pool).await.unwrap();
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    for answer in answers(calls).await {
+        let error = answer.expect_err("the batch's backend was terminated");
+        assert_eq!(error.code(), tonic::Code::Unavailable, "{error:?}");
+    }
+    lock.commit().await.unwrap();
+    assert_eq!(app.attempt_rows().await, 0, "nothing committed");
+    assert!(app.creates().await.is_empty(), "nothing sent to the provider");
+
+    retries_charge_each_once(&app, &operations).await;
+}
