@@ -96,10 +96,16 @@ base_url = "http://$SIM_ADDR/"
 
 [sweep]
 enabled = false
+concurrency_max = 1
 
+# The load generator is one consumer: limits above any rate reached here (the default 500/s
+# would measure the limiter).
 [[consumers]]
 name = "bench"
 token_sha256 = "$token_sha"
+requests_per_second_max = 100000
+burst_max = 100000
+calls_in_flight_max = 100000
 TOML
     CHARGEGUARD_DATABASE__URL=$(db_url $DB) CHARGEGUARD_PROVIDER__API_KEY=$SIM_API_KEY \
       "$BIN" --config "$OUT/serve-$replicas-$index.toml" serve --no-migrate >"$OUT/serve-$replicas-$index.log" 2>&1 &
