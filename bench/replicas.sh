@@ -62,14 +62,8 @@ wait_http "http://$SIM_ADDR/_sim/clock"
 token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
 token_sha=$(printf '%s' "$token" | "$BIN" hash-token)
 
-# pgbench: the service's new-charge SQL (the constants bench/run.sh binds), same concurrency.
-PGBENCH_VALUES=(
-  -D consumer=pgbench -D currency=usd -D payment_method=pm_card_visa
-  -D description=chargeguard-bench -D 'metadata={"bench":"pgbench"}'
-  -D fingerprint=5f0c8a4c1d7e2b9a3f6e0d4c8b2a7f1e9d3c5b7a0e2f4d6c8b1a3e5f7d9c0b2a
-  -D provider=stripe -D now=now -D succeeded=succeeded -D 'unfinished={pending,requires_action}'
-  -D false=false
-)
+# pgbench: the service's new-charge SQL with the constants the service binds, same concurrency.
+source bench/pgbench/new_charge_values.sh
 log "pgbench new-charge SQL, $CONCURRENCY clients"
 pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$SECONDS_WARMUP" -f bench/pgbench/new_charge.sql "${PGBENCH_VALUES[@]}" $DB >/dev/null 2>&1
 pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$SECONDS_MEASURED" -f bench/pgbench/new_charge.sql "${PGBENCH_VALUES[@]}" $DB >"$OUT/pgbench.log" 2>&1

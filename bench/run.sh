@@ -159,13 +159,8 @@ CHARGEGUARD_DATABASE__URL=$(db_url $CHARGE_DB) "$BIN" bench seed --settled "$CHA
 
 # --- pgbench: the limit --------------------------------------------------------------------------
 # The constants the service binds for a new charge of `chargeguard bench charge`.
-PGBENCH_VALUES=(
-  -D consumer=pgbench -D currency=usd -D payment_method=pm_card_visa
-  -D description=chargeguard-bench -D 'metadata={"bench":"pgbench"}'
-  -D fingerprint=5f0c8a4c1d7e2b9a3f6e0d4c8b2a7f1e9d3c5b7a0e2f4d6c8b1a3e5f7d9c0b2a
-  -D provider=stripe -D now=now -D succeeded=succeeded -D 'unfinished={pending,requires_action}'
-  -D false=false
-)
+# shellcheck source=bench/pgbench/new_charge_values.sh
+source bench/pgbench/new_charge_values.sh
 # CPU time (clock ticks) of PostgreSQL: its live processes and the children it has reaped.
 postgres_ticks() {
   local postmaster total=0
