@@ -9,10 +9,10 @@
 # on 127.0.0.1:5672 with rabbitmqctl); `.ci/run` installs them. Prints the figures at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CHARGEGUARD_CHAOS_ORDERS=${CHAOS_ORDERS:-20000}
-export CHARGEGUARD_CHAOS_RATE=${CHAOS_RATE:-100}
-export CHARGEGUARD_CHAOS_KILL_EVERY_MS=${CHAOS_KILL_EVERY_MS:-3000}
-export CHARGEGUARD_CHAOS_SEED=${CHAOS_SEED:-$(date +%s)}
+export CG_CHAOS_ORDERS=${CHAOS_ORDERS:-20000}
+export CG_CHAOS_RATE=${CHAOS_RATE:-100}
+export CG_CHAOS_KILL_EVERY_MS=${CHAOS_KILL_EVERY_MS:-3000}
+export CG_CHAOS_SEED=${CHAOS_SEED:-$(date +%s)}
 # The example consumer is built by a plain `cargo test`, not by one filtered to a test binary.
 cargo build --features failpoints --example order-consumer
 cargo test --features failpoints --test it e2e::chaos -- --nocapture

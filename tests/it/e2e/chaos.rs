@@ -5,7 +5,8 @@
 //! every order charged exactly once or declined, nothing lost, and the report clean.
 //!
 //! CI runs the short form (1,000 orders, a few kills of each kind). `bench/chaos.sh` runs the
-//! long form with `CHARGEGUARD_CHAOS_ORDERS` and `CHARGEGUARD_CHAOS_KILL_EVERY_MS`.
+//! long form with `CG_CHAOS_ORDERS` and `CG_CHAOS_KILL_EVERY_MS` (not `CHARGEGUARD_…`: the
+//! configuration refuses unknown variables of its own prefix).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -36,13 +37,13 @@ struct Settings {
 impl Settings {
     fn from_env() -> Self {
         let number = |name: &str, default: u64| std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default);
-        let orders = number("CHARGEGUARD_CHAOS_ORDERS", 1_000) as u32;
+        let orders = number("CG_CHAOS_ORDERS", 1_000) as u32;
         Self {
             orders,
-            rate_per_second: number("CHARGEGUARD_CHAOS_RATE", 50) as u32,
-            kill_every: Duration::from_millis(number("CHARGEGUARD_CHAOS_KILL_EVERY_MS", 2_000)),
-            seed: number("CHARGEGUARD_CHAOS_SEED", 1),
-            deadline: Duration::from_secs(number("CHARGEGUARD_CHAOS_DEADLINE_S", 240 + u64::from(orders) / 10)),
+            rate_per_second: number("CG_CHAOS_RATE", 50) as u32,
+            kill_every: Duration::from_millis(number("CG_CHAOS_KILL_EVERY_MS", 2_000)),
+            seed: number("CG_CHAOS_SEED", 1),
+            deadline: Duration::from_secs(number("CG_CHAOS_DEADLINE_S", 240 + u64::from(orders) / 10)),
         }
     }
 }
@@ -70,8 +71,8 @@ struct Rig {
 
 impl Rig {
     async fn start(seed: u64) -> Self {
-        // CHARGEGUARD_CHAOS_KEEP=1 keeps the processes' logs for a look after the run.
-        let keep = std::env::var_os("CHARGEGUARD_CHAOS_KEEP").is_some();
+        // CG_CHAOS_KEEP=1 keeps the processes' logs for a look after the run.
+        let keep = std::env::var_os("CG_CHAOS_KEEP").is_some();
         let dir = tempfile::Builder::new().prefix("cg_it_chaos_").disable_cleanup(keep).tempdir().unwrap();
         let cluster = FakeClockCluster::start_durable().await;
         let mut admin = PgConnection::connect(&cluster.admin_url()).await.unwrap();
@@ -189,6 +190,13 @@ impl Chaos {
     }
 }
 
+/// The producer's output once it exited, which must be with success.
+async fn producer_output(producing: &mut tokio::task::JoinHandle<std::io::Result<std::process::Output>>) -> std::process::Output {
+    let output = producing.await.unwrap().unwrap();
+    assert!(output.status.success(), "the producer failed: {}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
 async fn strike(rig: &mut Rig, chaos: Chaos, rng: &mut impl Rng) {
     match chaos {
         Chaos::KillConsumer => {
@@ -227,7 +235,7 @@ async fn every_order_is_charged_once_or_declined_through_kills_restarts_and_prov
     let started = Instant::now();
     let producer = rig.publish(&settings, &manifest_path);
     let mut producing = tokio::spawn(producer.wait_with_output());
-    let mut producer_checked = false;
+    let mut produced = None;
     let mut figures = Figures::default();
     let mut next_strike = Instant::now() + settings.kill_every;
     let mut next_progress = Instant::now();
@@ -235,11 +243,9 @@ async fn every_order_is_charged_once_or_declined_through_kills_restarts_and_prov
         for consumer in &mut rig.consumers {
             consumer.assert_running();
         }
-        if producing.is_finished() && !producer_checked {
-            let produced = (&mut producing).await.unwrap().unwrap();
-            assert!(produced.status.success(), "the producer failed: {}", String::from_utf8_lossy(&produced.stderr));
-            producing = tokio::spawn(async move { Ok(produced) });
-            producer_checked = true;
+        // A producer that failed fails the run now, not at the deadline.
+        if produced.is_none() && producing.is_finished() {
+            produced = Some(producer_output(&mut producing).await);
         }
         let decided = rig.decided_orders().await;
         if decided == Some(i64::from(settings.orders)) {
@@ -267,7 +273,10 @@ async fn every_order_is_charged_once_or_declined_through_kills_restarts_and_prov
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let all_decided_after = started.elapsed();
-    let produced = producing.await.unwrap().unwrap();
+    let produced = match produced {
+        Some(output) => output,
+        None => producer_output(&mut producing).await,
+    };
     let published: serde_json::Value = serde_json::from_slice(&produced.stdout).expect("the producer prints its figures");
     // The faults stop; the sweep completes what nobody came back for (e.g. an attempt whose
     // caller gave up), run here to completion rather than waiting for its schedule.

@@ -22,11 +22,6 @@ pub fn order_consumer_binary() -> PathBuf {
     binary
 }
 
-/// Sends SIGKILL: no destructor, no shutdown, as the OOM killer or a lost host would.
-pub fn kill_9(pid: u32) {
-    let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
-}
-
 async fn wait_for_port(addr: SocketAddr, what: &str) {
     for _ in 0..600 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
@@ -86,6 +81,9 @@ impl Drop for SimulatorProcess {
     }
 }
 
+/// Where Debian's package puts it.
+const PGBOUNCER: &str = "/usr/sbin/pgbouncer";
+
 /// pgbouncer between the replicas and the cluster. Session mode: pgbouncer 1.18 (Debian 12)
 /// cannot keep sqlx's named prepared statements apart in transaction mode (README "Deploying").
 pub struct Pgbouncer {
@@ -112,10 +110,8 @@ impl Pgbouncer {
         if is_root() {
             let _ = std::process::Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status();
         }
-        let program = which("pgbouncer")
-            .or_else(|| Some(PathBuf::from("/usr/sbin/pgbouncer")).filter(|path| path.exists()))
-            .expect("pgbouncer is installed (.ci/run installs it)");
-        let mut pgbouncer = Command::from(as_server_user(program));
+        assert!(Path::new(PGBOUNCER).exists(), "{PGBOUNCER} is missing (.ci/run installs Debian's pgbouncer)");
+        let mut pgbouncer = Command::from(as_server_user(PathBuf::from(PGBOUNCER)));
         pgbouncer.arg(dir.path().join("pgbouncer.ini")).kill_on_drop(true).stdout(Stdio::null()).stderr(Stdio::null());
         let child = pgbouncer.spawn().expect("pgbouncer starts");
         wait_for_port(SocketAddr::from(([127, 0, 0, 1], port)), "pgbouncer").await;
@@ -135,10 +131,6 @@ impl Drop for Pgbouncer {
         }
         let _ = self.child.start_kill();
     }
-}
-
-pub fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|dir| Path::new(dir).join(program)).find(|path| path.exists())
 }
 
 /// One `serve` replica: its addresses stay fixed across restarts, so consumers keep them.
@@ -199,16 +191,17 @@ token_sha256 = "{token}"
 
     pub async fn start(&mut self) {
         let mut serve = command(&self.dir);
-        serve.env("RUST_LOG", std::env::var("CHARGEGUARD_E2E_REPLICA_LOG").unwrap_or_else(|_| "warn".to_owned()));
+        serve.env("RUST_LOG", std::env::var("CG_E2E_REPLICA_LOG").unwrap_or_else(|_| "warn".to_owned()));
         let config = self.config.to_str().unwrap().to_owned();
         let mut process = ServeProcess::start_listening(serve, &["--config", &config], self.grpc_addr, self.http_addr);
         process.wait_ready().await;
         self.process = Some(process);
     }
 
+    /// SIGKILL: no destructor, no shutdown, as the OOM killer or a lost host would.
     pub fn kill_9(&mut self) {
         if let Some(process) = self.process.take() {
-            kill_9(process.pid());
+            process.kill();
         }
     }
 
@@ -242,7 +235,7 @@ impl ConsumerProcess {
         consumer
             .arg("run")
             .args(&self.args)
-            .env("RUST_LOG", std::env::var("CHARGEGUARD_E2E_CONSUMER_LOG").unwrap_or_else(|_| "order_consumer=warn,warn".to_owned()))
+            .env("RUST_LOG", std::env::var("CG_E2E_CONSUMER_LOG").unwrap_or_else(|_| "order_consumer=warn,warn".to_owned()))
             .kill_on_drop(true)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

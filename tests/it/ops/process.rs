@@ -136,6 +136,11 @@ impl ServeProcess {
         self.signal("HUP");
     }
 
+    /// SIGKILL: no reply, no cleanup, as an operator's kill -9 or the OOM killer would.
+    pub fn kill(&self) {
+        self.signal("KILL");
+    }
+
     fn signal(&self, name: &str) {
         let status = std::process::Command::new("kill")
             .args([&format!("-{name}"), &self.pid().to_string()])

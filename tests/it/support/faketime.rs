@@ -215,23 +215,10 @@ impl FakeClockCluster {
     /// recovery from the WAL, as after a power cut of the database's host (the OS's page cache
     /// survives it, which is why fsync stays off).
     pub async fn restart_immediately(&self) {
-        let data_dir = self.data_dir();
-        let log = self.dir.path().join("server.log");
-        let timestamp_file = self.timestamp_file();
-        tokio::task::spawn_blocking(move || {
-            let mut pg_ctl = as_server_user(postgres_bin().join("pg_ctl"));
-            pg_ctl
-                .env("LD_PRELOAD", libfaketime())
-                .env("FAKETIME_TIMESTAMP_FILE", timestamp_file)
-                .env("FAKETIME_NO_CACHE", "1")
-                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-                .arg("-D")
-                .arg(&data_dir)
-                .arg("-l")
-                .arg(&log)
-                .args(["-w", "-t", START_WAIT_SECONDS, "-m", "immediate", "restart"]);
-            run(pg_ctl, "pg_ctl restart -m immediate");
-        })
+        // The restarted server keeps the options it was started with (postmaster.opts).
+        let mut pg_ctl = self.pg_ctl_waiting();
+        pg_ctl.args(["-m", "immediate", "restart"]);
+        tokio::task::spawn_blocking(move || run(pg_ctl, "pg_ctl restart -m immediate"))
         .await
         .expect("cluster restart task");
     }
@@ -274,19 +261,28 @@ impl FakeClockCluster {
              -c max_connections=200 -c shared_buffers=32MB",
             socket = cluster.dir.path().display(),
         );
+        let mut pg_ctl = cluster.pg_ctl_waiting();
+        pg_ctl.args(["-o", &options, "start"]);
+        run(pg_ctl, "pg_ctl start");
+        cluster
+    }
+
+    /// `pg_ctl` for this cluster's server, under libfaketime reading the cluster's timestamp
+    /// file, logging to `server.log`, waiting up to `START_WAIT_SECONDS` for the server; the
+    /// caller adds the action.
+    fn pg_ctl_waiting(&self) -> Command {
         let mut pg_ctl = as_server_user(postgres_bin().join("pg_ctl"));
         pg_ctl
             .env("LD_PRELOAD", libfaketime())
-            .env("FAKETIME_TIMESTAMP_FILE", cluster.timestamp_file())
+            .env("FAKETIME_TIMESTAMP_FILE", self.timestamp_file())
             .env("FAKETIME_NO_CACHE", "1")
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
             .arg("-D")
-            .arg(cluster.data_dir())
+            .arg(self.data_dir())
             .arg("-l")
-            .arg(cluster.dir.path().join("server.log"))
-            .args(["-w", "-t", START_WAIT_SECONDS, "-o", &options, "start"]);
-        run(pg_ctl, "pg_ctl start");
-        cluster
+            .arg(self.dir.path().join("server.log"))
+            .args(["-w", "-t", START_WAIT_SECONDS]);
+        pg_ctl
     }
 
     fn data_dir(&self) -> PathBuf {
