@@ -79,14 +79,51 @@ impl BatchStatement for InsertBatch {
     type Request = NewAttempt;
     type Answer = RowAnswer;
 
-    /// Attempts of one operation may share a batch: the function is called row after row in
-    /// one statement, each call's reads seeing the rows earlier calls wrote (a volatile
-    /// function takes a new snapshot per query), so the second finds the first.
+    /// Attempts of one operation may share a batch: the second finds the row the first wrote
+    /// (see `first_attempts` and `attempts_row_by_row`).
     fn key(_: &NewAttempt) -> Option<Uuid> {
         None
     }
 
     async fn run_batch(&self, requests: &[NewAttempt]) -> Result<Vec<RowAnswer>, BatchError> {
+        let arrays = InsertArrays::of(requests)?;
+        if requests.iter().all(|new| new.generation == 0) {
+            first_attempts(&self.pool, requests, arrays).await
+        } else {
+            attempts_row_by_row(&self.pool, requests, arrays).await
+        }
+    }
+
+    async fn run_one(&self, new: &NewAttempt) -> Result<RowAnswer, StoreError> {
+        Ok(insert_pending_statement(&self.pool, new).await)
+    }
+}
+
+/// The columns of a batch of `NewAttempt`s, one array each, in request order.
+struct InsertArrays {
+    id: Vec<Uuid>,
+    consumer: Vec<String>,
+    operation_key: Vec<String>,
+    amount_minor: Vec<i64>,
+    currency: Vec<String>,
+    payment_method: Vec<String>,
+    customer: Vec<Option<String>>,
+    description: Vec<Option<String>>,
+    metadata: Vec<serde_json::Value>,
+    fingerprint: Vec<String>,
+    provider: Vec<&'static str>,
+    idempotency_key: Vec<String>,
+    generation: Vec<i32>,
+    process_now: Vec<chrono::DateTime<chrono::Utc>>,
+    shift_us: Vec<i64>,
+    lease_owner: Vec<Uuid>,
+    lease_us: Vec<i64>,
+    grace_us: Vec<i64>,
+    return_url: Vec<Option<String>>,
+}
+
+impl InsertArrays {
+    fn of(requests: &[NewAttempt]) -> Result<Self, BatchError> {
         let mut metadata = Vec::with_capacity(requests.len());
         for new in requests {
             metadata.push(
@@ -94,53 +131,134 @@ impl BatchStatement for InsertBatch {
                     .map_err(|error| BatchError::RowRejected(error.to_string()))?,
             );
         }
-        let column = |value: fn(&NewAttempt) -> Option<String>| requests.iter().map(value).collect::<Vec<_>>();
-        // One call of the same function the single statement calls, per row, in request order
-        // (the lateral call depends on each unnest row in turn). ord is 1-based.
-        let rows = sqlx::query(
-            "SELECT u.ord AS batch_ordinal, a.*
-             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-                         $7::text[], $8::text[], $9::jsonb[], $10::text[], $11::text[], $12::text[],
-                         $13::integer[], $14::timestamptz[], $15::bigint[], $16::uuid[],
-                         $17::bigint[], $18::bigint[], $19::text[])
-                  WITH ORDINALITY AS u(id, consumer, operation_key, amount_minor, currency,
-                         payment_method, customer, description, metadata, fingerprint, provider,
-                         idempotency_key, generation, process_now, shift_us, lease_owner, lease_us,
-                         grace_us, return_url, ord)
-             CROSS JOIN LATERAL insert_pending_attempt(
-                 u.id, u.consumer, u.operation_key, u.amount_minor, u.currency, u.payment_method,
-                 u.customer, u.description, u.metadata, u.fingerprint, u.provider,
-                 u.idempotency_key, u.generation, u.process_now, u.shift_us, u.lease_owner,
-                 u.lease_us, u.grace_us, u.return_url) AS a",
-        )
-        .bind(requests.iter().map(|new| new.id.as_uuid()).collect::<Vec<_>>())
-        .bind(column(|new| Some(new.consumer.as_str().to_owned())))
-        .bind(column(|new| Some(new.operation_key.as_str().to_owned())))
-        .bind(requests.iter().map(|new| new.params.amount_minor).collect::<Vec<_>>())
-        .bind(column(|new| Some(new.params.currency.code().to_owned())))
-        .bind(column(|new| Some(new.params.payment_method.as_str().to_owned())))
-        .bind(column(|new| new.params.customer.as_ref().map(|customer| CustomerId::as_str(customer).to_owned())))
-        .bind(column(|new| new.params.description.as_ref().map(|text| Description::as_str(text).to_owned())))
-        .bind(metadata)
-        .bind(column(|new| Some(new.fingerprint.as_str().to_owned())))
-        .bind(column(|new| Some(new.provider.to_owned())))
-        .bind(column(|new| Some(new.idempotency_key.as_str().to_owned())))
-        .bind(requests.iter().map(|new| new.generation as i32).collect::<Vec<_>>())
-        .bind(requests.iter().map(|new| new.time.now).collect::<Vec<_>>())
-        .bind(requests.iter().map(|new| new.time.shift_micros()).collect::<Vec<_>>())
-        .bind(requests.iter().map(|new| new.lease_owner.as_uuid()).collect::<Vec<_>>())
-        .bind(requests.iter().map(|new| micros_of(new.lease_duration)).collect::<Vec<_>>())
-        .bind(requests.iter().map(|new| micros_of(new.recovery_grace)).collect::<Vec<_>>())
-        .bind(column(|new| new.return_url.clone()))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(batch_error)?;
-        answers_by_ordinal(&rows, requests.len())
+        let each = |value: fn(&NewAttempt) -> String| requests.iter().map(value).collect::<Vec<_>>();
+        Ok(Self {
+            id: requests.iter().map(|new| new.id.as_uuid()).collect(),
+            consumer: each(|new| new.consumer.as_str().to_owned()),
+            operation_key: each(|new| new.operation_key.as_str().to_owned()),
+            amount_minor: requests.iter().map(|new| new.params.amount_minor).collect(),
+            currency: each(|new| new.params.currency.code().to_owned()),
+            payment_method: each(|new| new.params.payment_method.as_str().to_owned()),
+            customer: requests
+                .iter()
+                .map(|new| new.params.customer.as_ref().map(|customer| CustomerId::as_str(customer).to_owned()))
+                .collect(),
+            description: requests
+                .iter()
+                .map(|new| new.params.description.as_ref().map(|text| Description::as_str(text).to_owned()))
+                .collect(),
+            metadata,
+            fingerprint: each(|new| new.fingerprint.as_str().to_owned()),
+            provider: requests.iter().map(|new| new.provider).collect(),
+            idempotency_key: each(|new| new.idempotency_key.as_str().to_owned()),
+            generation: requests.iter().map(|new| new.generation as i32).collect(),
+            process_now: requests.iter().map(|new| new.time.now).collect(),
+            shift_us: requests.iter().map(|new| new.time.shift_micros()).collect(),
+            lease_owner: requests.iter().map(|new| new.lease_owner.as_uuid()).collect(),
+            lease_us: requests.iter().map(|new| micros_of(new.lease_duration)).collect(),
+            grace_us: requests.iter().map(|new| micros_of(new.recovery_grace)).collect(),
+            return_url: requests.iter().map(|new| new.return_url.clone()).collect(),
+        })
     }
+}
 
-    async fn run_one(&self, new: &NewAttempt) -> Result<RowAnswer, StoreError> {
-        Ok(insert_pending_statement(&self.pool, new).await)
+/// First attempts (generation 0) of many operations: one set-based INSERT and one read of the
+/// rows it did not write (migration 20261205000001), each row answered as
+/// `insert_pending_attempt` would answer it alone. A row comes back once however many requests
+/// of its operation the batch holds; each request takes the row of its own operation.
+async fn first_attempts(pool: &PgPool, requests: &[NewAttempt], arrays: InsertArrays) -> Result<Vec<RowAnswer>, BatchError> {
+    let rows = sqlx::query(
+        "SELECT * FROM insert_pending_first_attempts(
+            $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+    )
+    .bind(arrays.id)
+    .bind(arrays.consumer)
+    .bind(arrays.operation_key)
+    .bind(arrays.amount_minor)
+    .bind(arrays.currency)
+    .bind(arrays.payment_method)
+    .bind(arrays.customer)
+    .bind(arrays.description)
+    .bind(arrays.metadata)
+    .bind(arrays.fingerprint)
+    .bind(arrays.provider)
+    .bind(arrays.idempotency_key)
+    .bind(arrays.process_now)
+    .bind(arrays.shift_us)
+    .bind(arrays.lease_owner)
+    .bind(arrays.lease_us)
+    .bind(arrays.grace_us)
+    .bind(arrays.return_url)
+    .fetch_all(pool)
+    .await
+    .map_err(batch_error)?;
+    let mut by_operation = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let operation: (String, String) = (
+            row.try_get("consumer").map_err(|error| BatchError::Unavailable(error.to_string()))?,
+            row.try_get("operation_key").map_err(|error| BatchError::Unavailable(error.to_string()))?,
+        );
+        if by_operation.insert(operation, attempt_from_row(row)).is_some() {
+            return Err(BatchError::Unavailable("two first attempts of one operation came back".to_owned()));
+        }
     }
+    Ok(requests
+        .iter()
+        .map(|new| {
+            let operation = (new.consumer.as_str().to_owned(), new.operation_key.as_str().to_owned());
+            match by_operation.get(&operation) {
+                None => Ok(None),
+                Some(Ok(attempt)) => Ok(Some(attempt.clone())),
+                // A row that does not decode fails the requests of its operation only.
+                Some(Err(error)) => Err(StoreError::Corrupt(error.to_string())),
+            }
+        })
+        .collect())
+}
+
+/// Any attempts, later ones included: one call of the function the single statement calls,
+/// per row, in request order (the lateral call depends on each unnest row in turn; a volatile
+/// function takes a new snapshot per query, so a call sees what earlier calls wrote).
+async fn attempts_row_by_row(pool: &PgPool, requests: &[NewAttempt], arrays: InsertArrays) -> Result<Vec<RowAnswer>, BatchError> {
+    let rows = sqlx::query(
+        "SELECT u.ord AS batch_ordinal, a.*
+         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                     $7::text[], $8::text[], $9::jsonb[], $10::text[], $11::text[], $12::text[],
+                     $13::integer[], $14::timestamptz[], $15::bigint[], $16::uuid[],
+                     $17::bigint[], $18::bigint[], $19::text[])
+              WITH ORDINALITY AS u(id, consumer, operation_key, amount_minor, currency,
+                     payment_method, customer, description, metadata, fingerprint, provider,
+                     idempotency_key, generation, process_now, shift_us, lease_owner, lease_us,
+                     grace_us, return_url, ord)
+         CROSS JOIN LATERAL insert_pending_attempt(
+             u.id, u.consumer, u.operation_key, u.amount_minor, u.currency, u.payment_method,
+             u.customer, u.description, u.metadata, u.fingerprint, u.provider,
+             u.idempotency_key, u.generation, u.process_now, u.shift_us, u.lease_owner,
+             u.lease_us, u.grace_us, u.return_url) AS a",
+    )
+    .bind(arrays.id)
+    .bind(arrays.consumer)
+    .bind(arrays.operation_key)
+    .bind(arrays.amount_minor)
+    .bind(arrays.currency)
+    .bind(arrays.payment_method)
+    .bind(arrays.customer)
+    .bind(arrays.description)
+    .bind(arrays.metadata)
+    .bind(arrays.fingerprint)
+    .bind(arrays.provider)
+    .bind(arrays.idempotency_key)
+    .bind(arrays.generation)
+    .bind(arrays.process_now)
+    .bind(arrays.shift_us)
+    .bind(arrays.lease_owner)
+    .bind(arrays.lease_us)
+    .bind(arrays.grace_us)
+    .bind(arrays.return_url)
+    .fetch_all(pool)
+    .await
+    .map_err(batch_error)?;
+    answers_by_ordinal(&rows, requests.len())
 }
 
 /// One caller's `finish_round`.

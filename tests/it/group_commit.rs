@@ -204,3 +204,77 @@ async fn a_terminated_backend_fails_its_batch_as_a_whole_and_loses_or_duplicates
 
     retries_charge_each_once(&app, &operations).await;
 }
+
+/// Calls the batch insert of first attempts (migration 20261205000001) for `operations` of one
+/// consumer; returns (operation_key, id) of each row it answers with.
+async fn insert_first_attempts(pool: &PgPool, operations: &[&str]) -> Vec<(String, uuid::Uuid)> {
+    let n = operations.len();
+    let ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
+    let text = |value: &str| vec![value.to_owned(); n];
+    let none = vec![None::<String>; n];
+    sqlx::query_as(
+        "SELECT operation_key, id FROM insert_pending_first_attempts(
+            $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+    )
+    .bind(ids)
+    .bind(text("orders"))
+    .bind(operations.iter().map(|operation| operation.to_string()).collect::<Vec<_>>())
+    .bind(vec![1_000_i64; n])
+    .bind(text("usd"))
+    .bind(text("pm_card_visa"))
+    .bind(&none)
+    .bind(&none)
+    .bind(vec![serde_json::json!({}); n])
+    .bind(text("fingerprint"))
+    .bind(text("stripe"))
+    .bind(operations.iter().map(|operation| format!("key-{operation}")).collect::<Vec<_>>())
+    .bind(vec![chrono::Utc::now(); n])
+    .bind(vec![0_i64; n])
+    .bind((0..n).map(|_| uuid::Uuid::now_v7()).collect::<Vec<_>>())
+    .bind(vec![30_000_000_i64; n])
+    .bind(vec![60_000_000_i64; n])
+    .bind(&none)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// The batch insert's second query is what answers a first attempt that another writer (a
+/// replica's own batch, a single insert) committed after the batch's INSERT had started: the
+/// INSERT waits for that writer and skips the row, and only a new snapshot sees it. Without the
+/// second query the caller of that operation would hear nothing; with one query in one snapshot,
+/// the same. A duplicate in the batch itself is answered with the row written for the first.
+#[tokio::test]
+async fn a_batch_insert_answers_a_first_attempt_another_writer_committed_during_it_with_that_row() {
+    let app = TestApp::spawn_with(|config| config.database.group_commit.enabled = true).await;
+    let pool = PgPool::connect(&app.database.url).await.unwrap();
+
+    // Another writer holds the row of `race` uncommitted.
+    let mut other_writer = pool.begin().await.unwrap();
+    let (other_id,): (uuid::Uuid,) = sqlx::query_as(
+        "SELECT id FROM insert_pending_attempt(gen_random_uuid(), 'orders', 'race', 1000, 'usd',
+             'pm_card_visa', NULL, NULL, '{}'::jsonb, 'fingerprint', 'stripe', 'key-race', 0, now(), 0,
+             gen_random_uuid(), 30000000, 60000000, NULL)",
+    )
+    .fetch_one(&mut *other_writer)
+    .await
+    .unwrap();
+
+    let batch = {
+        let pool = pool.clone();
+        tokio::spawn(async move { insert_first_attempts(&pool, &["calm", "race", "calm"]).await })
+    };
+    wait_for_a_blocked_batch(&pool).await;
+    other_writer.commit().await.unwrap();
+    let answered: BTreeMap<String, uuid::Uuid> = batch.await.unwrap().into_iter().collect();
+
+    assert_eq!(answered.len(), 2, "one row per operation: {answered:?}");
+    assert_eq!(answered["race"], other_id, "the other writer's row, not nothing and not a second row");
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT operation_key, count(*) FROM payment_attempts GROUP BY operation_key ORDER BY operation_key",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, vec![("calm".to_owned(), 1), ("race".to_owned(), 1)]);
+}
