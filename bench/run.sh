@@ -17,7 +17,9 @@
 #      alone at that setting (creates straight to it, same concurrency: its own latency), then
 #      pgbench's new-charge SQL at the rate the service reached (its own latency at that load);
 #   6. gRPC health checks on the same server and connections: the ceiling of any unary call here
-#      (no database, no provider), which bounds what 3 and 4 could reach on this machine;
+#      (no database, no provider), which bounds what 3 and 4 could reach on this machine; then
+#      creates straight to the simulator at 0 ms: with 6, the CPU a charge costs outside the
+#      database (the "non-database floor" of the group commit table);
 #   7. the service's peak RSS over 3-6 (VmHWM); then 4 again on a service started with the
 #      outcome cache off (every duplicate reads the database), side by side;
 #   7b. group commit side by side (issue 21), at each concurrency of
@@ -306,6 +308,17 @@ pgbench_run new-at-rate bench/pgbench/new_charge.sql "$SECONDS_MEASURED" "${PGBE
 
 log "gRPC health checks on the same connections (the ceiling of a unary call here)"
 bench_charge grpc-ceiling --health-check
+
+# What a charge costs outside the database at the least: the call above (gRPC in and out) plus a
+# create sent straight to the simulator at 0 ms through chargeguard's provider client. Their CPU
+# per call, summed, is the floor no batching of SQL can go under (summary: "non-database floor").
+log "the simulator alone at 0 ms, $CONCURRENCY callers (the provider call's own CPU)"
+cpu_begin
+timed env CHARGEGUARD_BENCH_PROVIDER_API_KEY=$SIM_API_KEY "$BIN" bench charge --provider-url "http://$SIM_ADDR/" \
+  --label provider-floor --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" \
+  --duration-seconds "$SECONDS_MEASURED" --warmup-seconds "$SECONDS_WARMUP" \
+  --json-out "$OUT/service-provider-floor.json" | grep -v '^{'
+cpu_end service-provider-floor
 
 peak_rss_kib=$(awk '/^VmHWM:/ {print $2}' "/proc/$serve_pid/status")
 echo "service peak RSS: $peak_rss_kib KiB"

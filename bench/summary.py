@@ -232,12 +232,38 @@ def group_commit_table(out, run, load, pgbench_tps, provider_alone, sim_latency_
                   f"{latency['latency_ms']['p99']:.2f} ms = {added:+.2f} ms over the simulator's own p99 ({sim_own_p99:.2f} ms); "
                   f"p50 {latency['latency_ms']['p50']:.2f} ms")
             table[f"latency_{switch}"] = {"report": latency, "p99_added_ms": added}
+    floor = non_database_floor(out, load)
+    if floor:
+        table["non_database_floor_us"] = floor
+        print(f"  non-database floor: {floor['total']:.0f} µs of CPU per charge (gRPC call {floor['grpc']:.0f}: service + client; "
+              f"provider call {floor['provider']:.0f}: simulator + client), whatever the SQL costs")
+        for c in concurrencies:
+            pg_total = (table[c]["pgbench_cpu_us"] or {}).get("total")
+            if pg_total:
+                table[c]["ratio_bound_at_zero_sql_cpu"] = pg_total / floor["total"]
+                print(f"  at {c}: pgbench spends {pg_total:.0f} µs per charge in all; with the cores saturated, a charge that "
+                      f"costs the floor plus nothing in PostgreSQL could reach at most {pg_total / floor['total']:.2f} × pgbench")
     for c, entry in table.items():
         if isinstance(entry, dict) and "on" in entry and "off" in entry:
             on, off = entry["on"]["report"]["ok_per_second"], entry["off"]["report"]["ok_per_second"]
             print(f"  at {c}: group commit on / off = {on / off:.2f}; on / pgbench = {on / entry['pgbench_tps']:.2f}; "
                   f"off / pgbench = {off / entry['pgbench_tps']:.2f}; failed calls on {entry['on']['errors']}, off {entry['off']['errors']}")
     return table
+
+
+def non_database_floor(out, load):
+    """CPU µs per charge outside PostgreSQL at the least: a gRPC call (service + client of the
+    health-check row) plus a provider call (simulator + client of the simulator-alone row)."""
+    grpc_report, provider_report = load("service-grpc-ceiling.json"), load("service-provider-floor.json")
+    if not grpc_report or not provider_report:
+        return None
+    grpc = cpu_per_call(out, "service-grpc-ceiling", grpc_report["ok_per_second"])
+    provider = cpu_per_call(out, "service-provider-floor", provider_report["ok_per_second"])
+    if not grpc or not provider or grpc["client"] is None or provider["client"] is None:
+        return None
+    grpc_us = grpc["service"] + grpc["client"]
+    provider_us = provider["simulator"] + provider["client"]
+    return {"grpc": grpc_us, "provider": provider_us, "total": grpc_us + provider_us}
 
 
 def cpu_table(out, load, pgbench_tps):
@@ -250,6 +276,8 @@ def cpu_table(out, load, pgbench_tps):
         "chargeguard duplicates, cache off": ("service-duplicate-uncached",
                                               lambda: load("service-duplicate-uncached.json")["ok_per_second"]),
         "gRPC health check (ceiling)": ("service-grpc-ceiling", lambda: load("service-grpc-ceiling.json")["ok_per_second"]),
+        "simulator alone, 0 ms (provider client)": ("service-provider-floor",
+                                                    lambda: load("service-provider-floor.json")["ok_per_second"]),
     }
     table = {}
     for name, (label, rate) in rows.items():
