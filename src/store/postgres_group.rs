@@ -99,7 +99,7 @@ impl BatchStatement for InsertBatch {
     }
 }
 
-/// The columns of a batch of `NewAttempt`s, one array each, in request order.
+/// The columns of a batch of `NewAttempt`s but its generation, one array each, in request order.
 struct InsertArrays {
     id: Vec<Uuid>,
     consumer: Vec<String>,
@@ -113,7 +113,6 @@ struct InsertArrays {
     fingerprint: Vec<String>,
     provider: Vec<&'static str>,
     idempotency_key: Vec<String>,
-    generation: Vec<i32>,
     process_now: Vec<chrono::DateTime<chrono::Utc>>,
     shift_us: Vec<i64>,
     lease_owner: Vec<Uuid>,
@@ -151,7 +150,6 @@ impl InsertArrays {
             fingerprint: each(|new| new.fingerprint.as_str().to_owned()),
             provider: requests.iter().map(|new| new.provider).collect(),
             idempotency_key: each(|new| new.idempotency_key.as_str().to_owned()),
-            generation: requests.iter().map(|new| new.generation as i32).collect(),
             process_now: requests.iter().map(|new| new.time.now).collect(),
             shift_us: requests.iter().map(|new| new.time.shift_micros()).collect(),
             lease_owner: requests.iter().map(|new| new.lease_owner.as_uuid()).collect(),
@@ -160,38 +158,46 @@ impl InsertArrays {
             return_url: requests.iter().map(|new| new.return_url.clone()).collect(),
         })
     }
+
+    /// Binds the arrays as $1 … $18, in the order of the fields above.
+    fn bind_in_order<'q>(self, query: PgQuery<'q>) -> PgQuery<'q> {
+        query
+            .bind(self.id)
+            .bind(self.consumer)
+            .bind(self.operation_key)
+            .bind(self.amount_minor)
+            .bind(self.currency)
+            .bind(self.payment_method)
+            .bind(self.customer)
+            .bind(self.description)
+            .bind(self.metadata)
+            .bind(self.fingerprint)
+            .bind(self.provider)
+            .bind(self.idempotency_key)
+            .bind(self.process_now)
+            .bind(self.shift_us)
+            .bind(self.lease_owner)
+            .bind(self.lease_us)
+            .bind(self.grace_us)
+            .bind(self.return_url)
+    }
 }
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 /// First attempts (generation 0) of many operations: one set-based INSERT and one read of the
 /// rows it did not write (migration 20261205000001), each row answered as
 /// `insert_pending_attempt` would answer it alone. A row comes back once however many requests
 /// of its operation the batch holds; each request takes the row of its own operation.
 async fn first_attempts(pool: &PgPool, requests: &[NewAttempt], arrays: InsertArrays) -> Result<Vec<RowAnswer>, BatchError> {
-    let rows = sqlx::query(
-        "SELECT * FROM insert_pending_first_attempts(
-            $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
-    )
-    .bind(arrays.id)
-    .bind(arrays.consumer)
-    .bind(arrays.operation_key)
-    .bind(arrays.amount_minor)
-    .bind(arrays.currency)
-    .bind(arrays.payment_method)
-    .bind(arrays.customer)
-    .bind(arrays.description)
-    .bind(arrays.metadata)
-    .bind(arrays.fingerprint)
-    .bind(arrays.provider)
-    .bind(arrays.idempotency_key)
-    .bind(arrays.process_now)
-    .bind(arrays.shift_us)
-    .bind(arrays.lease_owner)
-    .bind(arrays.lease_us)
-    .bind(arrays.grace_us)
-    .bind(arrays.return_url)
-    .fetch_all(pool)
-    .await
-    .map_err(batch_error)?;
+    let rows = arrays
+        .bind_in_order(sqlx::query(
+            "SELECT * FROM insert_pending_first_attempts(
+                $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+        ))
+        .fetch_all(pool)
+        .await
+        .map_err(batch_error)?;
     let mut by_operation = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
         let operation: (String, String) = (
@@ -220,44 +226,28 @@ async fn first_attempts(pool: &PgPool, requests: &[NewAttempt], arrays: InsertAr
 /// per row, in request order (the lateral call depends on each unnest row in turn; a volatile
 /// function takes a new snapshot per query, so a call sees what earlier calls wrote).
 async fn attempts_row_by_row(pool: &PgPool, requests: &[NewAttempt], arrays: InsertArrays) -> Result<Vec<RowAnswer>, BatchError> {
-    let rows = sqlx::query(
-        "SELECT u.ord AS batch_ordinal, a.*
-         FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-                     $7::text[], $8::text[], $9::jsonb[], $10::text[], $11::text[], $12::text[],
-                     $13::integer[], $14::timestamptz[], $15::bigint[], $16::uuid[],
-                     $17::bigint[], $18::bigint[], $19::text[])
-              WITH ORDINALITY AS u(id, consumer, operation_key, amount_minor, currency,
-                     payment_method, customer, description, metadata, fingerprint, provider,
-                     idempotency_key, generation, process_now, shift_us, lease_owner, lease_us,
-                     grace_us, return_url, ord)
-         CROSS JOIN LATERAL insert_pending_attempt(
-             u.id, u.consumer, u.operation_key, u.amount_minor, u.currency, u.payment_method,
-             u.customer, u.description, u.metadata, u.fingerprint, u.provider,
-             u.idempotency_key, u.generation, u.process_now, u.shift_us, u.lease_owner,
-             u.lease_us, u.grace_us, u.return_url) AS a",
-    )
-    .bind(arrays.id)
-    .bind(arrays.consumer)
-    .bind(arrays.operation_key)
-    .bind(arrays.amount_minor)
-    .bind(arrays.currency)
-    .bind(arrays.payment_method)
-    .bind(arrays.customer)
-    .bind(arrays.description)
-    .bind(arrays.metadata)
-    .bind(arrays.fingerprint)
-    .bind(arrays.provider)
-    .bind(arrays.idempotency_key)
-    .bind(arrays.generation)
-    .bind(arrays.process_now)
-    .bind(arrays.shift_us)
-    .bind(arrays.lease_owner)
-    .bind(arrays.lease_us)
-    .bind(arrays.grace_us)
-    .bind(arrays.return_url)
-    .fetch_all(pool)
-    .await
-    .map_err(batch_error)?;
+    let generation: Vec<i32> = requests.iter().map(|new| new.generation as i32).collect();
+    let rows = arrays
+        .bind_in_order(sqlx::query(
+            "SELECT u.ord AS batch_ordinal, a.*
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
+                         $7::text[], $8::text[], $9::jsonb[], $10::text[], $11::text[], $12::text[],
+                         $13::timestamptz[], $14::bigint[], $15::uuid[], $16::bigint[], $17::bigint[],
+                         $18::text[], $19::integer[])
+                  WITH ORDINALITY AS u(id, consumer, operation_key, amount_minor, currency,
+                         payment_method, customer, description, metadata, fingerprint, provider,
+                         idempotency_key, process_now, shift_us, lease_owner, lease_us, grace_us,
+                         return_url, generation, ord)
+             CROSS JOIN LATERAL insert_pending_attempt(
+                 u.id, u.consumer, u.operation_key, u.amount_minor, u.currency, u.payment_method,
+                 u.customer, u.description, u.metadata, u.fingerprint, u.provider,
+                 u.idempotency_key, u.generation, u.process_now, u.shift_us, u.lease_owner,
+                 u.lease_us, u.grace_us, u.return_url) AS a",
+        ))
+        .bind(generation)
+        .fetch_all(pool)
+        .await
+        .map_err(batch_error)?;
     answers_by_ordinal(&rows, requests.len())
 }
 
