@@ -62,23 +62,33 @@ const INSERT_SEEDED: &str = "
                                    + make_interval(secs => n * $6::float8)
                          END AS at) AS t";
 
-/// For each unique constraint and index of the table: the statement that drops it and the one
-/// that creates it again, read from the catalog so they match the migrations exactly.
+/// For each foreign key into or out of the table, index and unique constraint of the table: the
+/// statement that drops it and the one that creates it again, read from the catalog so they
+/// match the migrations exactly. In drop order — foreign keys (they depend on the primary key),
+/// plain indexes, then primary and unique constraints; they are created again in reverse.
 const INDEX_DDL: &str = "
     SELECT drop_statement, create_statement FROM (
-        SELECT 1 AS phase, c.conname::text AS name,
-               format('ALTER TABLE payment_attempts DROP CONSTRAINT %I', c.conname) AS drop_statement,
-               format('ALTER TABLE payment_attempts ADD CONSTRAINT %I %s', c.conname,
+        SELECT 0 AS phase, c.conname::text AS name,
+               format('ALTER TABLE %s DROP CONSTRAINT %I', c.conrelid::regclass, c.conname) AS drop_statement,
+               format('ALTER TABLE %s ADD CONSTRAINT %I %s', c.conrelid::regclass, c.conname,
                       pg_get_constraintdef(c.oid)) AS create_statement
         FROM pg_constraint c
-        WHERE c.conrelid = 'payment_attempts'::regclass AND c.contype IN ('p', 'u')
+        WHERE c.contype = 'f'
+          AND 'payment_attempts'::regclass IN (c.conrelid, c.confrelid)
         UNION ALL
-        SELECT 0, i.indexrelid::regclass::text,
+        SELECT 1, i.indexrelid::regclass::text,
                format('DROP INDEX %s', i.indexrelid::regclass),
                pg_get_indexdef(i.indexrelid)
         FROM pg_index i
         WHERE i.indrelid = 'payment_attempts'::regclass
           AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
+        UNION ALL
+        SELECT 2, c.conname::text,
+               format('ALTER TABLE payment_attempts DROP CONSTRAINT %I', c.conname),
+               format('ALTER TABLE payment_attempts ADD CONSTRAINT %I %s', c.conname,
+                      pg_get_constraintdef(c.oid))
+        FROM pg_constraint c
+        WHERE c.conrelid = 'payment_attempts'::regclass AND c.contype IN ('p', 'u')
     ) AS ddl
     ORDER BY phase, name";
 
@@ -154,7 +164,7 @@ impl PostgresStore {
             inserted += done.rows_affected();
             start = stop;
         }
-        for (_, create) in &rebuild {
+        for (_, create) in rebuild.iter().rev() {
             sqlx::raw_sql(create)
                 .execute(&mut *transaction)
                 .await
