@@ -76,11 +76,6 @@ struct SweepArgs {
     once: bool,
 }
 
-/// mimalloc rather than glibc's malloc: the service allocates and frees many small buffers per
-/// call (HTTP/2 frames, JSON, rows), where glibc's allocator took 12 % of its CPU.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Reads FAILPOINTS from the environment (crash-point tests); a no-op in normal builds.
