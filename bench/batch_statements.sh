@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# PostgreSQL's CPU per inserted row for each form of the pending-row insert, side by side
+# (issue 21, BENCHMARKS.md "Group commit"): the single-row function, one transaction a row; the
+# old batch (unnest … CROSS JOIN LATERAL insert_pending_attempt, one call per row); the batch
+# function insert_pending_first_attempts with PostgreSQL's default (custom) plans and with the
+# generic plan it ships with; and a plain INSERT … SELECT, the least such a batch can cost.
+#
+#   bash bench/batch_statements.sh          (about a minute; needs a release build and pgbench)
+#
+# CPU is read from /proc for every postgres process (reaped backends included) around each run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PGHOST=${BENCH_PGHOST:-127.0.0.1} PGPORT=${BENCH_PGPORT:-5432} PGUSER=${BENCH_PGUSER:-postgres}
+SECONDS_EACH=${BENCH_SECONDS:-8}
+DB=cg_bench_batch
+BIN=target/release/chargeguard
+[ -x "$BIN" ] || cargo build --release --quiet
+psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
+trap 'psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
+CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$BIN" migrate >/dev/null
+CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$BIN" bench seed --settled 100000 >/dev/null 2>&1
+
+postgres_ticks() {
+  local postmaster total=0
+  postmaster=$(pgrep -o -x postgres)
+  total=$(awk '{print $16 + $17}' "/proc/$postmaster/stat")
+  for pid in $(pgrep -x postgres); do
+    [ -r "/proc/$pid/stat" ] && total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+  done
+  echo "$total"
+}
+measure() { # label script clients rows-per-transaction
+  local before after out transactions
+  before=$(postgres_ticks)
+  out=$(pgbench -n -M prepared -c "$3" -j 2 -T "$SECONDS_EACH" -f "bench/pgbench/batch/$2" "$DB" 2>&1)
+  after=$(postgres_ticks)
+  transactions=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+  [ -n "$transactions" ] && [ "$transactions" -gt 0 ] || { echo "$out" >&2; exit 1; }
+  python3 -c 'import sys; label, ticks, rows, seconds, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]);
+print(f"{label:58}{rows / seconds:10.0f} rows/s{ticks / hz / rows * 1e6:8.0f} µs of PostgreSQL CPU per row")' \
+    "$1" $(( after - before )) $(( transactions * $4 )) "$SECONDS_EACH" "$(getconf CLK_TCK)"
+}
+measure "insert_pending_attempt alone, 1 row a transaction, 16 clients" single_function.sql 16 1
+measure "unnest … LATERAL insert_pending_attempt, 4 rows, 4 clients" lateral_function_4.sql 4 4
+measure "insert_pending_first_attempts (generic plan), 4 rows, 4 clients" first_attempts_4.sql 4 4
+psql -d "$DB" -qc "ALTER FUNCTION insert_pending_first_attempts RESET plan_cache_mode"
+measure "insert_pending_first_attempts (custom plans), 4 rows, 4 clients" first_attempts_4.sql 4 4
+measure "plain INSERT … SELECT … ON CONFLICT DO NOTHING, 4 rows, 4 clients" plain_insert_4.sql 4 4

@@ -1,0 +1,4 @@
+-- bench/batch_statements.sh: one batch-insert form, 4 rows a transaction unless named otherwise.
+\set k random(1, 9000000000000000000)
+INSERT INTO payment_attempts (id, consumer, operation_key, kind, amount_minor, currency, payment_method, customer, description, metadata, fingerprint, status, provider, idempotency_key, generation, confirms_payment_id, key_window_started_at, create_sent_until, return_url, lease_owner, lease_expires_at, next_check_at, created_at, updated_at)
+SELECT gen_random_uuid(), 'bench', 'op-' || :k || '-' || g, 'charge', 1000, 'usd', 'pm_card_visa', NULL, NULL, '{}'::jsonb, 'fp', 'pending', 'stripe', 'key-' || :k || '-' || g, 0, NULL, now(), now() + interval '30 s', NULL, gen_random_uuid(), now() + interval '30 s', now() + interval '60 s', now(), now() FROM generate_series(1,4) g ON CONFLICT DO NOTHING RETURNING *;
