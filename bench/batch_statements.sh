@@ -3,7 +3,8 @@
 # (issue 21, BENCHMARKS.md "Group commit"): the single-row function, one transaction a row; the
 # old batch (unnest … CROSS JOIN LATERAL insert_pending_attempt, one call per row); the batch
 # function insert_pending_first_attempts with PostgreSQL's default (custom) plans and with the
-# generic plan it ships with; and a plain INSERT … SELECT, the least such a batch can cost.
+# generic plan it ships with; and a plain INSERT … SELECT, the least such a batch can cost. Then
+# an insert batch and a finish batch of 4 charges as two transactions and as one.
 #
 #   bash bench/batch_statements.sh          (about a minute; needs a release build and pgbench)
 #
@@ -46,3 +47,7 @@ measure "insert_pending_first_attempts (generic plan), 4 rows, 4 clients" first_
 psql -d "$DB" -qc "ALTER FUNCTION insert_pending_first_attempts RESET plan_cache_mode"
 measure "insert_pending_first_attempts (custom plans), 4 rows, 4 clients" first_attempts_4.sql 4 4
 measure "plain INSERT … SELECT … ON CONFLICT DO NOTHING, 4 rows, 4 clients" plain_insert_4.sql 4 4
+psql -d "$DB" -qc "ALTER FUNCTION insert_pending_first_attempts SET plan_cache_mode = force_generic_plan"
+echo "per charge, insert and finish of 4 charges (PostgreSQL CPU per row above = per charge here):"
+measure "  two transactions (today's insert batch, then finish batch)" insert_then_finish_4.sql 4 4
+measure "  one transaction for both" insert_and_finish_4_one_transaction.sql 4 4
