@@ -198,9 +198,10 @@ async fn first_attempts(pool: &PgPool, requests: &[NewAttempt], arrays: InsertAr
         .fetch_all(pool)
         .await
         .map_err(batch_error)?;
+    // Keyed by the operation as the rows hold it (borrowed from them): at most batch_max rows.
     let mut by_operation = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
-        let operation: (String, String) = (
+        let operation: (&str, &str) = (
             row.try_get("consumer").map_err(|error| BatchError::Unavailable(error.to_string()))?,
             row.try_get("operation_key").map_err(|error| BatchError::Unavailable(error.to_string()))?,
         );
@@ -210,14 +211,11 @@ async fn first_attempts(pool: &PgPool, requests: &[NewAttempt], arrays: InsertAr
     }
     Ok(requests
         .iter()
-        .map(|new| {
-            let operation = (new.consumer.as_str().to_owned(), new.operation_key.as_str().to_owned());
-            match by_operation.get(&operation) {
-                None => Ok(None),
-                Some(Ok(attempt)) => Ok(Some(attempt.clone())),
-                // A row that does not decode fails the requests of its operation only.
-                Some(Err(error)) => Err(StoreError::Corrupt(error.to_string())),
-            }
+        .map(|new| match by_operation.get(&(new.consumer.as_str(), new.operation_key.as_str())) {
+            None => Ok(None),
+            Some(Ok(attempt)) => Ok(Some(attempt.clone())),
+            // A row that does not decode fails the requests of its operation only.
+            Some(Err(error)) => Err(StoreError::Corrupt(error.to_string())),
         })
         .collect())
 }
