@@ -11,6 +11,7 @@ mod outage;
 mod refund_window;
 mod replayed;
 mod skew;
+mod skewed_batch;
 
 use std::time::Duration;
 
