@@ -1,14 +1,6 @@
 //! The batch statements of group commit on PostgreSQL (`group_commit.rs` decides who goes
-//! together): the charge path's two writes of many callers — `insert_pending` before a provider
-//! call, `finish_round` after it — as one statement and one commit, each row answered exactly as
-//! its statement alone would answer it.
-//!
-//! One committer carries both kinds. With one committer per kind, a charge cost two small
-//! batches at 16 callers (half of them one row); one statement holding the arriving callers'
-//! inserts and the returning callers' finishes halves the commits and round trips per charge
-//! (BENCHMARKS.md, "Group commit", third round).
-
-use std::sync::LazyLock;
+//! together): `insert_pending` and `finish_round` of many callers, each as one statement and one
+//! commit, each row answered exactly as its statement alone would answer it.
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -27,99 +19,20 @@ const ORDINAL: &str = "batch_ordinal";
 /// One caller's answer: the row its statement returned, if any, or its own row's error.
 pub(super) type RowAnswer = Result<Option<Attempt>, StoreError>;
 
-/// The committer of one store's charge-path writes.
-pub(super) type PostgresGroupCommit = GroupCommitter<ChargeWrites>;
-
-pub(super) fn spawn(pool: &PgPool, limits: GroupCommitLimits) -> PostgresGroupCommit {
-    GroupCommitter::spawn(ChargeWrites { pool: pool.clone() }, limits)
+/// The two committers of one store.
+#[derive(Clone)]
+pub(super) struct PostgresGroupCommit {
+    pub insert: GroupCommitter<InsertBatch>,
+    pub finish: GroupCommitter<FinishBatch>,
 }
 
-/// One caller's write on the charge path.
-#[derive(Debug)]
-pub(super) enum ChargeWrite {
-    /// `insert_pending`: the pending row, committed before any provider call.
-    Insert(NewAttempt),
-    /// `finish_round`: a round's result, guarded by the lease.
-    Finish(FinishRequest),
-}
-
-pub(super) struct ChargeWrites {
-    pool: PgPool,
-}
-
-#[async_trait]
-impl BatchStatement for ChargeWrites {
-    type Request = ChargeWrite;
-    type Answer = RowAnswer;
-
-    /// An UPDATE … FROM changes a row once however many batch rows join it: two results for
-    /// one attempt go in separate batches, the second judged against the first's write.
-    /// Attempts of one operation may share a batch: the second finds the row the first wrote
-    /// (see `first_attempts` and `attempts_row_by_row`). An insert and a finish of one
-    /// operation in one batch are two concurrent calls, and the insert's answer is the row as
-    /// one of them left it, as it would be with the two statements racing alone.
-    fn key(request: &ChargeWrite) -> Option<Uuid> {
-        match request {
-            ChargeWrite::Insert(_) => None,
-            ChargeWrite::Finish(finish) => Some(finish.id),
+impl PostgresGroupCommit {
+    pub fn spawn(pool: &PgPool, limits: GroupCommitLimits) -> Self {
+        Self {
+            insert: GroupCommitter::spawn(InsertBatch { pool: pool.clone() }, limits),
+            finish: GroupCommitter::spawn(FinishBatch { pool: pool.clone() }, limits),
         }
     }
-
-    async fn run_batch(&self, requests: &[ChargeWrite]) -> Result<Vec<RowAnswer>, BatchError> {
-        let mut inserts = Vec::with_capacity(requests.len());
-        let mut finishes = Vec::with_capacity(requests.len());
-        for request in requests {
-            match request {
-                ChargeWrite::Insert(new) => inserts.push(new),
-                ChargeWrite::Finish(finish) => finishes.push(finish),
-            }
-        }
-        let (inserted, finished) = if finishes.is_empty() {
-            (insert_batch(&self.pool, &inserts).await?, Vec::new())
-        } else if inserts.is_empty() {
-            (Vec::new(), finish_batch(&self.pool, &finishes).await?)
-        } else if inserts.iter().all(|new| new.generation == 0) {
-            first_attempts_and_finishes(&self.pool, &inserts, &finishes).await?
-        } else {
-            // Later attempts are rare: their row-by-row insert and the finishes go as two
-            // statements of one transaction, so that the batch still commits as a whole.
-            let mut transaction = self.pool.begin().await.map_err(batch_error)?;
-            let finished = finish_batch(&mut *transaction, &finishes).await?;
-            let inserted = insert_batch(&mut *transaction, &inserts).await?;
-            transaction.commit().await.map_err(batch_error)?;
-            (inserted, finished)
-        };
-        in_request_order(requests, inserted, finished)
-    }
-
-    async fn run_one(&self, request: &ChargeWrite) -> Result<RowAnswer, StoreError> {
-        Ok(match request {
-            ChargeWrite::Insert(new) => insert_pending_statement(&self.pool, new).await,
-            ChargeWrite::Finish(finish) => finish_round_statement(&self.pool, finish).await,
-        })
-    }
-}
-
-/// Puts the inserts' and the finishes' answers (each in the order of its kind) back in the
-/// order of the batch's requests.
-fn in_request_order(
-    requests: &[ChargeWrite],
-    inserted: Vec<RowAnswer>,
-    finished: Vec<RowAnswer>,
-) -> Result<Vec<RowAnswer>, BatchError> {
-    let mut inserted = inserted.into_iter();
-    let mut finished = finished.into_iter();
-    let answers: Vec<RowAnswer> = requests
-        .iter()
-        .map_while(|request| match request {
-            ChargeWrite::Insert(_) => inserted.next(),
-            ChargeWrite::Finish(_) => finished.next(),
-        })
-        .collect();
-    if answers.len() != requests.len() || inserted.next().is_some() || finished.next().is_some() {
-        return Err(BatchError::Unavailable(format!("a batch of {} rows came back mismatched", requests.len())));
-    }
-    Ok(answers)
 }
 
 /// What a failed batch statement means for its callers. Nothing of it committed either way; a
@@ -140,7 +53,7 @@ fn batch_error(error: sqlx::Error) -> BatchError {
 
 /// Puts each returned row where its request is; a request whose statement returned nothing
 /// gets `None`, as the single statement's `fetch_optional` would.
-fn answers_by_ordinal<'r>(rows: impl Iterator<Item = &'r PgRow>, requests: usize) -> Result<Vec<RowAnswer>, BatchError> {
+fn answers_by_ordinal(rows: &[PgRow], requests: usize) -> Result<Vec<RowAnswer>, BatchError> {
     let mut answers: Vec<RowAnswer> = (0..requests).map(|_| Ok(None)).collect();
     for row in rows {
         let ordinal: i64 = row.try_get(ORDINAL).map_err(|error| BatchError::Unavailable(error.to_string()))?;
@@ -157,16 +70,32 @@ fn answers_by_ordinal<'r>(rows: impl Iterator<Item = &'r PgRow>, requests: usize
     Ok(answers)
 }
 
-/// A batch of inserts alone: first attempts set-based, else row by row.
-async fn insert_batch<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
-    requests: &[&NewAttempt],
-) -> Result<Vec<RowAnswer>, BatchError> {
-    let arrays = InsertArrays::of(requests)?;
-    if requests.iter().all(|new| new.generation == 0) {
-        first_attempts(executor, requests, arrays).await
-    } else {
-        attempts_row_by_row(executor, requests, arrays).await
+pub(super) struct InsertBatch {
+    pool: PgPool,
+}
+
+#[async_trait]
+impl BatchStatement for InsertBatch {
+    type Request = NewAttempt;
+    type Answer = RowAnswer;
+
+    /// Attempts of one operation may share a batch: the second finds the row the first wrote
+    /// (see `first_attempts` and `attempts_row_by_row`).
+    fn key(_: &NewAttempt) -> Option<Uuid> {
+        None
+    }
+
+    async fn run_batch(&self, requests: &[NewAttempt]) -> Result<Vec<RowAnswer>, BatchError> {
+        let arrays = InsertArrays::of(requests)?;
+        if requests.iter().all(|new| new.generation == 0) {
+            first_attempts(&self.pool, requests, arrays).await
+        } else {
+            attempts_row_by_row(&self.pool, requests, arrays).await
+        }
+    }
+
+    async fn run_one(&self, new: &NewAttempt) -> Result<RowAnswer, StoreError> {
+        Ok(insert_pending_statement(&self.pool, new).await)
     }
 }
 
@@ -193,7 +122,7 @@ struct InsertArrays {
 }
 
 impl InsertArrays {
-    fn of(requests: &[&NewAttempt]) -> Result<Self, BatchError> {
+    fn of(requests: &[NewAttempt]) -> Result<Self, BatchError> {
         let mut metadata = Vec::with_capacity(requests.len());
         for new in requests {
             metadata.push(
@@ -201,7 +130,7 @@ impl InsertArrays {
                     .map_err(|error| BatchError::RowRejected(error.to_string()))?,
             );
         }
-        let each = |value: fn(&NewAttempt) -> String| requests.iter().map(|new| value(new)).collect::<Vec<_>>();
+        let each = |value: fn(&NewAttempt) -> String| requests.iter().map(value).collect::<Vec<_>>();
         Ok(Self {
             id: requests.iter().map(|new| new.id.as_uuid()).collect(),
             consumer: each(|new| new.consumer.as_str().to_owned()),
@@ -260,31 +189,18 @@ type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArgu
 /// rows it did not write (migration 20261205000001), each row answered as
 /// `insert_pending_attempt` would answer it alone. A row comes back once however many requests
 /// of its operation the batch holds; each request takes the row of its own operation.
-async fn first_attempts<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
-    requests: &[&NewAttempt],
-    arrays: InsertArrays,
-) -> Result<Vec<RowAnswer>, BatchError> {
+async fn first_attempts(pool: &PgPool, requests: &[NewAttempt], arrays: InsertArrays) -> Result<Vec<RowAnswer>, BatchError> {
     let rows = arrays
         .bind_in_order(sqlx::query(
             "SELECT * FROM insert_pending_first_attempts(
                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
         ))
-        .fetch_all(executor)
+        .fetch_all(pool)
         .await
         .map_err(batch_error)?;
-    answers_by_operation(rows.iter(), requests)
-}
-
-/// Each first attempt's answer: the row of its own operation among `rows` (the function returns
-/// an operation's row once however many requests of it the batch holds), or none.
-fn answers_by_operation<'r>(
-    rows: impl Iterator<Item = &'r PgRow>,
-    requests: &[&NewAttempt],
-) -> Result<Vec<RowAnswer>, BatchError> {
     // Keyed by the operation as the rows hold it (borrowed from them): at most batch_max rows.
-    let mut by_operation = std::collections::HashMap::with_capacity(requests.len());
-    for row in rows {
+    let mut by_operation = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
         let operation: (&str, &str) = (
             row.try_get("consumer").map_err(|error| BatchError::Unavailable(error.to_string()))?,
             row.try_get("operation_key").map_err(|error| BatchError::Unavailable(error.to_string()))?,
@@ -307,11 +223,7 @@ fn answers_by_operation<'r>(
 /// Any attempts, later ones included: one call of the function the single statement calls,
 /// per row, in request order (the lateral call depends on each unnest row in turn; a volatile
 /// function takes a new snapshot per query, so a call sees what earlier calls wrote).
-async fn attempts_row_by_row<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
-    requests: &[&NewAttempt],
-    arrays: InsertArrays,
-) -> Result<Vec<RowAnswer>, BatchError> {
+async fn attempts_row_by_row(pool: &PgPool, requests: &[NewAttempt], arrays: InsertArrays) -> Result<Vec<RowAnswer>, BatchError> {
     let generation: Vec<i32> = requests.iter().map(|new| new.generation as i32).collect();
     let rows = arrays
         .bind_in_order(sqlx::query(
@@ -331,10 +243,10 @@ async fn attempts_row_by_row<'e>(
                  u.lease_us, u.grace_us, u.return_url) AS a",
         ))
         .bind(generation)
-        .fetch_all(executor)
+        .fetch_all(pool)
         .await
         .map_err(batch_error)?;
-    answers_by_ordinal(rows.iter(), requests.len())
+    answers_by_ordinal(&rows, requests.len())
 }
 
 /// One caller's `finish_round`.
@@ -346,195 +258,92 @@ pub(super) struct FinishRequest {
     pub time: CallerTime,
 }
 
-/// The finish batch's UPDATE, its parameters written `$F1` … `$F19` so that it can stand alone
-/// (numbered from $1) or after the 18 of the insert (from $19); see `numbered`.
-///
-/// Each SET reads the row's value before the update (`status`), as the single statement's does;
-/// the batch's own columns are prefixed r_ so that no name is ambiguous. The allowed sources of
-/// each row's new status travel as one comma-separated text (an array of arrays does not unnest
-/// row by row).
-const FINISH_UPDATE: &str = "UPDATE payment_attempts SET
-    failure_code = CASE WHEN status = ANY(r.r_sources) THEN r.r_failure_code ELSE failure_code END,
-    failure_message = CASE WHEN status = ANY(r.r_sources) THEN r.r_failure_message ELSE failure_message END,
-    next_action_type = CASE WHEN status = ANY(r.r_sources) THEN r.r_action_type ELSE next_action_type END,
-    next_action_url = CASE WHEN status = ANY(r.r_sources) THEN r.r_action_url ELSE next_action_url END,
-    provider_status = CASE WHEN status = ANY($F17) THEN COALESCE(r.r_provider_status, provider_status)
-                           ELSE provider_status END,
-    action_started_at = CASE WHEN status = ANY(r.r_sources) AND r.r_status = 'requires_action'
-                             THEN now() + r.r_shift_us * interval '1 microsecond'
-                             ELSE action_started_at END,
-    status = CASE WHEN status = ANY(r.r_sources) THEN r.r_status ELSE status END,
-    provider_payment_id = COALESCE(provider_payment_id, r.r_payment_id),
-    review_reason = append_review_reason(review_reason, r.r_review_reason),
-    provider_calls = provider_calls + r.r_calls,
-    check_count = check_count + 1,
-    next_check_at = now() + (r.r_shift_us + r.r_next_check_us) * interval '1 microsecond',
-    last_error = r.r_last_error,
-    create_replays_failure = create_replays_failure OR r.r_replays_failure,
-    lookup_cursor = CASE WHEN r.r_has_lookup THEN r.r_lookup_cursor ELSE lookup_cursor END,
-    lease_owner = NULL,
-    lease_expires_at = NULL,
-    updated_at = now() + r.r_shift_us * interval '1 microsecond'
- FROM (SELECT u.*, string_to_array(u.r_sources_text, ',') AS r_sources
-       FROM unnest($F1::uuid[], $F2::uuid[], $F3::text[], $F4::text[], $F5::text[],
-                   $F6::text[], $F7::text[], $F8::text[], $F9::text[], $F10::text[],
-                   $F11::text[], $F12::integer[], $F13::bigint[], $F14::text[],
-                   $F15::bigint[], $F16::boolean[], $F18::boolean[], $F19::text[])
-            WITH ORDINALITY AS u(r_id, r_owner, r_status, r_sources_text,
-                   r_payment_id, r_provider_status, r_failure_code,
-                   r_failure_message, r_action_type, r_action_url, r_review_reason,
-                   r_calls, r_next_check_us, r_last_error, r_shift_us,
-                   r_replays_failure, r_has_lookup, r_lookup_cursor, r_ordinal)) AS r
- WHERE payment_attempts.id = r.r_id AND payment_attempts.lease_owner = r.r_owner
- RETURNING r.r_ordinal AS batch_ordinal, payment_attempts.*";
-
-/// `FINISH_UPDATE` with `$Fk` written `$(first + k - 1)`.
-fn numbered(first: usize) -> String {
-    // From the highest: `$F1` is a prefix of `$F10` … `$F19`.
-    (1..=FINISH_PARAMETERS)
-        .rev()
-        .fold(FINISH_UPDATE.to_owned(), |sql, k| sql.replace(&format!("$F{k}"), &format!("${}", first + k - 1)))
+pub(super) struct FinishBatch {
+    pool: PgPool,
 }
 
-const FINISH_PARAMETERS: usize = 19;
-const INSERT_PARAMETERS: usize = 18;
+#[async_trait]
+impl BatchStatement for FinishBatch {
+    type Request = FinishRequest;
+    type Answer = RowAnswer;
 
-/// The finish batch alone.
-static FINISHES: LazyLock<String> = LazyLock::new(|| numbered(1));
-
-/// First attempts and finishes as one statement (one round trip, one commit): the insert
-/// function and the UPDATE run as two parts of one statement, and their rows come back
-/// together, a finish's with its ordinal among the finishes, an insert's with none.
-static FIRST_ATTEMPTS_AND_FINISHES: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "WITH inserted AS (
-             SELECT * FROM insert_pending_first_attempts(
-                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)),
-         finished AS ({})
-         SELECT NULL::bigint AS batch_ordinal, inserted.* FROM inserted
-         UNION ALL
-         SELECT finished.* FROM finished",
-        numbered(INSERT_PARAMETERS + 1)
-    )
-});
-
-/// A batch of finishes alone.
-async fn finish_batch<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
-    requests: &[&FinishRequest],
-) -> Result<Vec<RowAnswer>, BatchError> {
-    let rows = FinishArrays::of(requests)
-        .bind_in_order(sqlx::query(FINISHES.as_str()))
-        .fetch_all(executor)
-        .await
-        .map_err(batch_error)?;
-    answers_by_ordinal(rows.iter(), requests.len())
-}
-
-/// First attempts and finishes of one batch in one statement; the inserts' answers and the
-/// finishes' answers, each in its own order.
-async fn first_attempts_and_finishes(
-    pool: &PgPool,
-    inserts: &[&NewAttempt],
-    finishes: &[&FinishRequest],
-) -> Result<(Vec<RowAnswer>, Vec<RowAnswer>), BatchError> {
-    let query = InsertArrays::of(inserts)?.bind_in_order(sqlx::query(FIRST_ATTEMPTS_AND_FINISHES.as_str()));
-    let rows = FinishArrays::of(finishes)
-        .bind_in_order(query)
-        .fetch_all(pool)
-        .await
-        .map_err(batch_error)?;
-    let mut inserted_rows = Vec::with_capacity(inserts.len());
-    let mut finished_rows = Vec::with_capacity(finishes.len());
-    for row in &rows {
-        let ordinal: Option<i64> = row.try_get(ORDINAL).map_err(|error| BatchError::Unavailable(error.to_string()))?;
-        if ordinal.is_some() {
-            finished_rows.push(row);
-        } else {
-            inserted_rows.push(row);
-        }
+    /// An UPDATE … FROM changes a row once however many batch rows join it: two results for
+    /// one attempt go in separate batches, the second judged against the first's write.
+    fn key(request: &FinishRequest) -> Option<Uuid> {
+        Some(request.id)
     }
-    Ok((
-        answers_by_operation(inserted_rows.into_iter(), inserts)?,
-        answers_by_ordinal(finished_rows.into_iter(), finishes.len())?,
-    ))
-}
 
-/// The columns of a batch of `FinishRequest`s, one array each, in request order.
-struct FinishArrays {
-    id: Vec<Uuid>,
-    owner: Vec<Uuid>,
-    status: Vec<&'static str>,
-    sources: Vec<String>,
-    payment_id: Vec<Option<String>>,
-    provider_status: Vec<Option<String>>,
-    failure_code: Vec<Option<String>>,
-    failure_message: Vec<Option<String>>,
-    action_type: Vec<Option<String>>,
-    action_url: Vec<Option<String>>,
-    review_reason: Vec<Option<String>>,
-    calls: Vec<i32>,
-    next_check_us: Vec<i64>,
-    last_error: Vec<Option<String>>,
-    shift_us: Vec<i64>,
-    replays_failure: Vec<bool>,
-    has_lookup: Vec<bool>,
-    lookup_cursor: Vec<Option<String>>,
-}
-
-impl FinishArrays {
-    fn of(requests: &[&FinishRequest]) -> Self {
+    async fn run_batch(&self, requests: &[FinishRequest]) -> Result<Vec<RowAnswer>, BatchError> {
         let texts = |value: fn(&RoundResult) -> Option<String>| {
             requests.iter().map(|request| value(&request.result)).collect::<Vec<_>>()
         };
-        Self {
-            id: requests.iter().map(|request| request.id).collect(),
-            owner: requests.iter().map(|request| request.owner.as_uuid()).collect(),
-            status: requests.iter().map(|request| request.result.status.as_str()).collect(),
-            sources: requests
-                .iter()
-                .map(|request| status_names(&request.result.status.allowed_sources()).join(","))
-                .collect(),
-            payment_id: texts(|result| result.provider_payment_id.clone()),
-            provider_status: texts(|result| result.provider_status.clone()),
-            failure_code: texts(|result| result.failure.as_ref().map(|failure| failure.code.clone())),
-            failure_message: texts(|result| result.failure.as_ref().map(|failure| failure.message.clone())),
-            action_type: texts(|result| result.next_action.as_ref().map(|action| action.kind.clone())),
-            action_url: texts(|result| result.next_action.as_ref().and_then(|action| action.redirect_url.clone())),
-            review_reason: texts(|result| result.review_reason.clone()),
-            calls: requests.iter().map(|request| request.result.calls_made as i32).collect(),
-            next_check_us: requests.iter().map(|request| micros_of(request.result.next_check_in)).collect(),
-            last_error: texts(|result| result.last_error.clone()),
-            shift_us: requests.iter().map(|request| request.time.shift_micros()).collect(),
-            replays_failure: requests.iter().map(|request| request.result.create_replays_failure).collect(),
-            has_lookup: requests.iter().map(|request| request.result.lookup_progress.is_some()).collect(),
-            lookup_cursor: texts(|result| result.lookup_progress.as_ref().and_then(encode_progress)),
-        }
+        // Each SET reads the row's value before the update (`status`), as the single statement's
+        // does; the batch's own columns are prefixed r_ so that no name is ambiguous. The allowed
+        // sources of each row's new status travel as one comma-separated text (an array of
+        // arrays does not unnest row by row).
+        let rows = sqlx::query(
+            "UPDATE payment_attempts SET
+                failure_code = CASE WHEN status = ANY(r.r_sources) THEN r.r_failure_code ELSE failure_code END,
+                failure_message = CASE WHEN status = ANY(r.r_sources) THEN r.r_failure_message ELSE failure_message END,
+                next_action_type = CASE WHEN status = ANY(r.r_sources) THEN r.r_action_type ELSE next_action_type END,
+                next_action_url = CASE WHEN status = ANY(r.r_sources) THEN r.r_action_url ELSE next_action_url END,
+                provider_status = CASE WHEN status = ANY($17) THEN COALESCE(r.r_provider_status, provider_status)
+                                       ELSE provider_status END,
+                action_started_at = CASE WHEN status = ANY(r.r_sources) AND r.r_status = 'requires_action'
+                                         THEN now() + r.r_shift_us * interval '1 microsecond'
+                                         ELSE action_started_at END,
+                status = CASE WHEN status = ANY(r.r_sources) THEN r.r_status ELSE status END,
+                provider_payment_id = COALESCE(provider_payment_id, r.r_payment_id),
+                review_reason = append_review_reason(review_reason, r.r_review_reason),
+                provider_calls = provider_calls + r.r_calls,
+                check_count = check_count + 1,
+                next_check_at = now() + (r.r_shift_us + r.r_next_check_us) * interval '1 microsecond',
+                last_error = r.r_last_error,
+                create_replays_failure = create_replays_failure OR r.r_replays_failure,
+                lookup_cursor = CASE WHEN r.r_has_lookup THEN r.r_lookup_cursor ELSE lookup_cursor END,
+                lease_owner = NULL,
+                lease_expires_at = NULL,
+                updated_at = now() + r.r_shift_us * interval '1 microsecond'
+             FROM (SELECT u.*, string_to_array(u.r_sources_text, ',') AS r_sources
+                   FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[],
+                               $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
+                               $11::text[], $12::integer[], $13::bigint[], $14::text[],
+                               $15::bigint[], $16::boolean[], $18::boolean[], $19::text[])
+                        WITH ORDINALITY AS u(r_id, r_owner, r_status, r_sources_text,
+                               r_payment_id, r_provider_status, r_failure_code,
+                               r_failure_message, r_action_type, r_action_url, r_review_reason,
+                               r_calls, r_next_check_us, r_last_error, r_shift_us,
+                               r_replays_failure, r_has_lookup, r_lookup_cursor, r_ordinal)) AS r
+             WHERE payment_attempts.id = r.r_id AND payment_attempts.lease_owner = r.r_owner
+             RETURNING r.r_ordinal AS batch_ordinal, payment_attempts.*",
+        )
+        .bind(requests.iter().map(|request| request.id).collect::<Vec<_>>())
+        .bind(requests.iter().map(|request| request.owner.as_uuid()).collect::<Vec<_>>())
+        .bind(texts(|result| Some(result.status.as_str().to_owned())))
+        .bind(texts(|result| Some(status_names(&result.status.allowed_sources()).join(","))))
+        .bind(texts(|result| result.provider_payment_id.clone()))
+        .bind(texts(|result| result.provider_status.clone()))
+        .bind(texts(|result| result.failure.as_ref().map(|failure| failure.code.clone())))
+        .bind(texts(|result| result.failure.as_ref().map(|failure| failure.message.clone())))
+        .bind(texts(|result| result.next_action.as_ref().map(|action| action.kind.clone())))
+        .bind(texts(|result| result.next_action.as_ref().and_then(|action| action.redirect_url.clone())))
+        .bind(texts(|result| result.review_reason.clone()))
+        .bind(requests.iter().map(|request| request.result.calls_made as i32).collect::<Vec<_>>())
+        .bind(requests.iter().map(|request| micros_of(request.result.next_check_in)).collect::<Vec<_>>())
+        .bind(texts(|result| result.last_error.clone()))
+        .bind(requests.iter().map(|request| request.time.shift_micros()).collect::<Vec<_>>())
+        .bind(requests.iter().map(|request| request.result.create_replays_failure).collect::<Vec<_>>())
+        .bind(&super::postgres::UNFINISHED[..])
+        .bind(requests.iter().map(|request| request.result.lookup_progress.is_some()).collect::<Vec<_>>())
+        .bind(texts(|result| result.lookup_progress.as_ref().and_then(encode_progress)))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(batch_error)?;
+        answers_by_ordinal(&rows, requests.len())
     }
 
-    /// Binds the arrays as `FINISH_UPDATE`'s `$F1` … `$F19` after whatever `query` bound
-    /// already (`$F17`, the statuses a result may still change, is the same for every row).
-    fn bind_in_order<'q>(self, query: PgQuery<'q>) -> PgQuery<'q> {
-        query
-            .bind(self.id)
-            .bind(self.owner)
-            .bind(self.status)
-            .bind(self.sources)
-            .bind(self.payment_id)
-            .bind(self.provider_status)
-            .bind(self.failure_code)
-            .bind(self.failure_message)
-            .bind(self.action_type)
-            .bind(self.action_url)
-            .bind(self.review_reason)
-            .bind(self.calls)
-            .bind(self.next_check_us)
-            .bind(self.last_error)
-            .bind(self.shift_us)
-            .bind(self.replays_failure)
-            .bind(&super::postgres::UNFINISHED[..])
-            .bind(self.has_lookup)
-            .bind(self.lookup_cursor)
+    async fn run_one(&self, request: &FinishRequest) -> Result<RowAnswer, StoreError> {
+        Ok(finish_round_statement(&self.pool, request).await)
     }
 }
 
