@@ -21,15 +21,8 @@ trap 'psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null
 CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$BIN" migrate >/dev/null
 CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$BIN" bench seed --settled 100000 >/dev/null 2>&1
 
-postgres_ticks() {
-  local postmaster total=0
-  postmaster=$(pgrep -o -x postgres)
-  total=$(awk '{print $16 + $17}' "/proc/$postmaster/stat")
-  for pid in $(pgrep -x postgres); do
-    [ -r "/proc/$pid/stat" ] && total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
-  done
-  echo "$total"
-}
+# shellcheck source=bench/common.sh
+source bench/common.sh
 measure() { # label script clients rows-per-transaction
   local before after out transactions
   before=$(postgres_ticks)

@@ -22,6 +22,8 @@ SIM_ADDR=127.0.0.1:18211
 GRPC_ADDR=127.0.0.1:18151
 HTTP_ADDR=127.0.0.1:18180
 SIM_API_KEY=sk_test_chargeguard
+# shellcheck source=bench/common.sh
+source bench/common.sh
 export PGHOST=127.0.0.1 PGPORT=5432 PGUSER=postgres RUST_LOG=warn
 SUMMARY_ONLY=${BENCH_CALLGRIND_SUMMARY_ONLY:-0}
 mkdir -p "$OUT"
@@ -49,26 +51,7 @@ wait_http "http://$SIM_ADDR/_sim/clock"
 fi
 
 token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
-cat >"$OUT/serve.toml" <<TOML
-[server]
-grpc_listen = "$GRPC_ADDR"
-http_listen = "$HTTP_ADDR"
-
-[database]
-connections_max = $CONCURRENCY
-
-[provider]
-base_url = "http://$SIM_ADDR/"
-
-[[consumers]]
-name = "bench"
-token_sha256 = "$(printf '%s' "$token" | "$BIN" hash-token)"
-# The load generator is the one consumer: the per-consumer limits (500/s by default) would
-# measure themselves, not the service.
-requests_per_second_max = 100000
-burst_max = 100000
-calls_in_flight_max = 100000
-TOML
+serve_config "$BIN" "$token" "$CONCURRENCY" >"$OUT/serve.toml"
 
 # run label group-commit requests: instructions of the whole serve process
 run() {

@@ -163,18 +163,8 @@ CHARGEGUARD_DATABASE__URL=$(db_url $CHARGE_DB) "$BIN" bench seed --settled "$CHA
 # The constants the service binds for a new charge of `chargeguard bench charge`.
 # shellcheck source=bench/pgbench/new_charge_values.sh
 source bench/pgbench/new_charge_values.sh
-# CPU time (clock ticks) of PostgreSQL: its live processes and the children it has reaped.
-postgres_ticks() {
-  local postmaster total=0
-  # The oldest process named postgres is the postmaster; fields 16-17 are its reaped children's.
-  postmaster=$(pgrep -o -x postgres || true)
-  if [ -n "$postmaster" ]; then total=$(awk '{print $16 + $17}' "/proc/$postmaster/stat"); fi
-  for pid in $(pgrep -x postgres || true); do
-    [ -r "/proc/$pid/stat" ] && total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat") ))
-  done
-  echo "$total"
-}
-pid_ticks() { if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
+# shellcheck source=bench/common.sh
+source bench/common.sh
 # Where one row's CPU went: `cpu_begin`, run the row under `timed` (which records the client's
 # own CPU), `cpu_end label`. Per-call figures are in summary.py (whole run, warm-up included).
 cpu_begin() { cpu_pg0=$(postgres_ticks); cpu_serve0=$(pid_ticks "$serve_pid"); cpu_sim0=$(pid_ticks "$sim_pid"); cpu_t0=$(date +%s.%N); }
@@ -224,26 +214,7 @@ sim_pid=$!
 wait_http "http://$SIM_ADDR/_sim/clock"
 
 token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
-cat >"$OUT/serve.toml" <<EOF
-[server]
-grpc_listen = "$GRPC_ADDR"
-http_listen = "$HTTP_ADDR"
-
-[database]
-connections_max = $CONCURRENCY
-
-[provider]
-base_url = "http://$SIM_ADDR/"
-
-[[consumers]]
-name = "bench"
-token_sha256 = "$(printf '%s' "$token" | "$BIN" hash-token)"
-# The load generator is the one consumer: the per-consumer limits (500/s by default) would
-# measure themselves, not the service.
-requests_per_second_max = 100000
-burst_max = 100000
-calls_in_flight_max = 100000
-EOF
+serve_config "$BIN" "$token" "$CONCURRENCY" >"$OUT/serve.toml"
 service_env=(
   CHARGEGUARD_DATABASE__URL="$(db_url $CHARGE_DB)"
   CHARGEGUARD_PROVIDER__API_KEY="$SIM_API_KEY"

@@ -1,0 +1,41 @@
+# Helpers sourced by the bench scripts (bash): CPU time read from /proc, the service's config.
+#
+# postgres_ticks: clock ticks of PostgreSQL — its live processes and the children it has reaped
+# (backends that exited during a run still count).
+postgres_ticks() {
+  local postmaster total=0
+  # The oldest process named postgres is the postmaster; fields 16-17 are its reaped children's.
+  postmaster=$(pgrep -o -x postgres || true)
+  if [ -n "$postmaster" ]; then total=$(awk '{print $16 + $17}' "/proc/$postmaster/stat"); fi
+  for pid in $(pgrep -x postgres || true); do
+    [ -r "/proc/$pid/stat" ] && total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+  done
+  echo "$total"
+}
+# pid_ticks PID: clock ticks (user + system) of one process, 0 when there is none.
+pid_ticks() { if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
+
+# serve_config BIN TOKEN CONNECTIONS: the benchmarks' `serve` configuration on stdout, for
+# GRPC_ADDR, HTTP_ADDR and SIM_ADDR, with TOKEN (hashed by BIN) as the one consumer's.
+serve_config() {
+  cat <<TOML
+[server]
+grpc_listen = "$GRPC_ADDR"
+http_listen = "$HTTP_ADDR"
+
+[database]
+connections_max = $3
+
+[provider]
+base_url = "http://$SIM_ADDR/"
+
+[[consumers]]
+name = "bench"
+token_sha256 = "$(printf '%s' "$2" | "$1" hash-token)"
+# The load generator is the one consumer: the per-consumer limits (500/s by default) would
+# measure themselves, not the service.
+requests_per_second_max = 100000
+burst_max = 100000
+calls_in_flight_max = 100000
+TOML
+}

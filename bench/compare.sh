@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Two builds of chargeguard side by side, interleaved round by round, so that whatever else the
+# machine does falls on both alike (BENCHMARKS.md, "Group commit"). Each round, on a fresh
+# database of BENCH_TABLE_ROWS settled rows: new charges from BENCH_CONCURRENCY callers for
+# BENCH_SECONDS (after a warm-up) on build A, then on build B, each with its own simulator and
+# `serve` on its defaults; then pgbench's new-charge SQL with as many clients. Printed per run:
+# charges/s, × that round's pgbench, p50/p99, and CPU per charge of PostgreSQL, the service, the
+# simulator and the load generator; then the median of each and B / A.
+#
+#   bash bench/compare.sh REV_A [REV_B]    REV_B: the work tree when left out (about 6 minutes
+#                                          after the builds, at the defaults)
+#   BENCH_SIM_LATENCY_MS=20 bash bench/compare.sh HEAD~1   the same with the simulator's create at 20 ms
+#
+# A revision is built in a temporary git worktree into the same target/ (dependencies are
+# reused; only chargeguard is compiled again), and its binary kept as target/compare/<rev>.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { echo "usage: bench/compare.sh REV_A [REV_B]" >&2; exit 2; }
+REV_A=$1
+REV_B=${2:-}
+ROUNDS=${BENCH_ROUNDS:-3}
+CONCURRENCY=${BENCH_CONCURRENCY:-16}
+CONNECTIONS=${BENCH_CONNECTIONS:-4}
+SECONDS_MEASURED=${BENCH_SECONDS:-10}
+SECONDS_WARMUP=${BENCH_WARMUP_SECONDS:-3}
+SIM_LATENCY_MS=${BENCH_SIM_LATENCY_MS:-0}
+TABLE_ROWS=${BENCH_TABLE_ROWS:-100000}
+OUT=${BENCH_OUT:-target/compare}
+export PGHOST=${BENCH_PGHOST:-127.0.0.1} PGPORT=${BENCH_PGPORT:-5432} PGUSER=${BENCH_PGUSER:-postgres}
+export RUST_LOG=${RUST_LOG:-warn}
+DB=cg_bench_compare
+SIM_ADDR=127.0.0.1:18311
+GRPC_ADDR=127.0.0.1:18351
+HTTP_ADDR=127.0.0.1:18380
+SIM_API_KEY=sk_test_chargeguard
+mkdir -p "$OUT"
+rm -f "$OUT/runs.jsonl"
+# shellcheck source=bench/common.sh
+source bench/common.sh
+# shellcheck source=bench/pgbench/new_charge_values.sh
+source bench/pgbench/new_charge_values.sh
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+# build REV LABEL: target/compare/LABEL is chargeguard built from REV (the work tree when empty).
+build() {
+  local rev=$1 label=$2 tree
+  if [ -z "$rev" ]; then
+    cargo build --release --quiet
+  else
+    tree=$(mktemp -d)
+    git worktree add --quiet --detach "$tree" "$rev"
+    CARGO_TARGET_DIR="$PWD/target" cargo build --release --quiet --manifest-path "$tree/Cargo.toml"
+    git worktree remove --force "$tree"
+  fi
+  cp target/release/chargeguard "$OUT/$label"
+}
+
+label_a=a-$(git rev-parse --short "$REV_A")
+if [ -n "$REV_B" ]; then label_b=b-$(git rev-parse --short "$REV_B"); else label_b=b-worktree; fi
+log "building $label_a and $label_b"
+build "$REV_A" "$label_a"
+# The work tree last, so that target/release/chargeguard is the work tree's again afterwards.
+build "$REV_B" "$label_b"
+
+sim_pid="" serve_pid=""
+stop_all() {
+  for pid in $serve_pid $sim_pid; do
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  sim_pid="" serve_pid=""
+}
+trap 'stop_all; psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
+
+fresh_database() { # binary
+  psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
+  CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$1" migrate >/dev/null
+  CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$1" bench seed --settled "$TABLE_ROWS" >/dev/null 2>&1
+}
+
+wait_http() {
+  for _ in $(seq 1 100); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
+  echo "nothing answered at $1" >&2
+  exit 1
+}
+
+# run_build ROUND LABEL: one measured run of the binary LABEL; appends a line to runs.jsonl.
+run_build() {
+  local round=$1 label=$2 bin="$OUT/$2" token pg0 serve0 sim0
+  "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" >"$OUT/sim-$label.log" 2>&1 &
+  sim_pid=$!
+  wait_http "http://$SIM_ADDR/_sim/clock"
+  if [ "$SIM_LATENCY_MS" != 0 ]; then
+    curl -sf -X POST "http://$SIM_ADDR/_sim/faults" -H 'content-type: application/json' \
+      -d "{\"target\":\"create_payment_intent\",\"spec\":{\"kind\":{\"latency\":$SIM_LATENCY_MS},\"trigger\":{\"probability\":1.0}}}" >/dev/null
+  fi
+  token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+  serve_config "$bin" "$token" $(( CONCURRENCY > 8 ? CONCURRENCY : 8 )) >"$OUT/serve.toml"
+  CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" CHARGEGUARD_PROVIDER__API_KEY=$SIM_API_KEY \
+    CHARGEGUARD_SWEEP__ENABLED=false "$bin" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve-$label.log" 2>&1 &
+  serve_pid=$!
+  wait_http "http://$HTTP_ADDR/readyz"
+  CHARGEGUARD_BENCH_TOKEN=$token "$bin" bench charge --endpoint "http://$GRPC_ADDR" --concurrency "$CONCURRENCY" \
+    --connections "$CONNECTIONS" --duration-seconds "$SECONDS_WARMUP" >/dev/null
+  pg0=$(postgres_ticks) serve0=$(pid_ticks "$serve_pid") sim0=$(pid_ticks "$sim_pid")
+  /usr/bin/time -f '%U %S' -o "$OUT/client.cpu" env CHARGEGUARD_BENCH_TOKEN="$token" "$bin" bench charge \
+    --endpoint "http://$GRPC_ADDR" --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" \
+    --duration-seconds "$SECONDS_MEASURED" --json-out "$OUT/charge.json" >/dev/null
+  printf '{"round": %s, "build": "%s", "postgres_ticks": %s, "service_ticks": %s, "simulator_ticks": %s, "client_seconds": %s, "charge": %s}\n' \
+    "$round" "$label" $(( $(postgres_ticks) - pg0 )) $(( $(pid_ticks "$serve_pid") - serve0 )) \
+    $(( $(pid_ticks "$sim_pid") - sim0 )) "$(awk '{print $1 + $2}' "$OUT/client.cpu")" "$(cat "$OUT/charge.json")" >>"$OUT/runs.jsonl"
+  stop_all
+}
+
+run_pgbench() { # round
+  local pg0
+  pg0=$(postgres_ticks)
+  /usr/bin/time -f '%U %S' -o "$OUT/client.cpu" pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$SECONDS_MEASURED" \
+    -f bench/pgbench/new_charge.sql "${PGBENCH_VALUES[@]}" "$DB" >"$OUT/pgbench.log" 2>&1
+  printf '{"round": %s, "build": "pgbench", "postgres_ticks": %s, "client_seconds": %s, "transactions": %s, "seconds": %s}\n' \
+    "$1" $(( $(postgres_ticks) - pg0 )) "$(awk '{print $1 + $2}' "$OUT/client.cpu")" \
+    "$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$OUT/pgbench.log")" "$SECONDS_MEASURED" >>"$OUT/runs.jsonl"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  log "round $round of $ROUNDS: $label_a, $label_b, pgbench ($CONCURRENCY callers, simulator at $SIM_LATENCY_MS ms)"
+  fresh_database "$OUT/$label_b"
+  # A and B alternate who goes first, so that neither always meets the fresher table.
+  if [ $(( round % 2 )) = 1 ]; then order="$label_a $label_b"; else order="$label_b $label_a"; fi
+  for label in $order; do run_build "$round" "$label"; done
+  run_pgbench "$round"
+done
+
+python3 - "$OUT/runs.jsonl" "$label_a" "$label_b" "$(getconf CLK_TCK)" <<'PY'
+import json, statistics, sys
+path, label_a, label_b, hz = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+runs = [json.loads(line) for line in open(path)]
+pgbench = {run["round"]: run["transactions"] / run["seconds"] for run in runs if run["build"] == "pgbench"}
+rows = {label_a: [], label_b: []}
+print(f"{'round':>5} {'build':18} {'charges/s':>9} {'x pgbench':>9} {'p50 ms':>7} {'p99 ms':>7}   CPU µs/charge: {'pg':>5} {'service':>7} {'sim':>5} {'client':>6} {'total':>6}")
+for run in runs:
+    round_ = run["round"]
+    if run["build"] == "pgbench":
+        per = lambda value: value / (run["transactions"]) * 1e6
+        pg, client = per(run["postgres_ticks"] / hz), per(run["client_seconds"])
+        print(f"{round_:>5} {'pgbench':18} {pgbench[round_]:9.0f} {1:9.2f} {'':>7} {'':>7}   {'':14}{pg:5.0f} {'':>7} {'':>5} {client:6.0f} {pg + client:6.0f}")
+        continue
+    charge = run["charge"]["chargeguard_bench"]
+    ok = charge["ok"]
+    per = lambda value: value / ok * 1e6
+    row = {
+        "rate": charge["ok_per_second"], "ratio": charge["ok_per_second"] / pgbench[round_] if round_ in pgbench else float("nan"),
+        "p50": charge["latency_ms"]["p50"], "p99": charge["latency_ms"]["p99"],
+        "pg": per(run["postgres_ticks"] / hz), "service": per(run["service_ticks"] / hz),
+        "sim": per(run["simulator_ticks"] / hz), "client": per(run["client_seconds"]), "errors": charge["errors"],
+    }
+    row["total"] = row["pg"] + row["service"] + row["sim"] + row["client"]
+    rows[run["build"]].append(row)
+    print(f"{round_:>5} {run['build']:18} {row['rate']:9.0f} {row['ratio']:9.2f} {row['p50']:7.2f} {row['p99']:7.2f}   {'':14}{row['pg']:5.0f} {row['service']:7.0f} {row['sim']:5.0f} {row['client']:6.0f} {row['total']:6.0f}" + (f"  ({row['errors']} errors)" if row["errors"] else ""))
+print("\nmedians")
+keys = ["rate", "ratio", "p50", "p99", "pg", "service", "sim", "client", "total"]
+medians = {label: {key: statistics.median(row[key] for row in rows[label]) for key in keys} for label in rows if rows[label]}
+for label, m in medians.items():
+    print(f"{'':>5} {label:18} {m['rate']:9.0f} {m['ratio']:9.2f} {m['p50']:7.2f} {m['p99']:7.2f}   {'':14}{m['pg']:5.0f} {m['service']:7.0f} {m['sim']:5.0f} {m['client']:6.0f} {m['total']:6.0f}")
+if len(medians) == 2:
+    a, b = medians[label_a], medians[label_b]
+    print(f"{'':>5} {'B / A':18} {b['rate'] / a['rate']:9.2f} {'':>9} {b['p50'] / a['p50']:7.2f} {b['p99'] / a['p99']:7.2f}   {'':14}{b['pg'] / a['pg']:5.2f} {b['service'] / a['service']:7.2f} {b['sim'] / a['sim']:5.2f} {b['client'] / a['client']:6.2f} {b['total'] / a['total']:6.2f}")
+PY
