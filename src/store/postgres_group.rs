@@ -277,45 +277,12 @@ impl BatchStatement for FinishBatch {
         let texts = |value: fn(&RoundResult) -> Option<String>| {
             requests.iter().map(|request| value(&request.result)).collect::<Vec<_>>()
         };
-        // Each SET reads the row's value before the update (`status`), as the single statement's
-        // does; the batch's own columns are prefixed r_ so that no name is ambiguous. The allowed
-        // sources of each row's new status travel as one comma-separated text (an array of
-        // arrays does not unnest row by row).
+        // One call of finish_rounds (migration 20261206000001): the UPDATE … FROM unnest(…) of
+        // every result, planned once per connection; each row comes back with its ordinal.
         let rows = sqlx::query(
-            "UPDATE payment_attempts SET
-                failure_code = CASE WHEN status = ANY(r.r_sources) THEN r.r_failure_code ELSE failure_code END,
-                failure_message = CASE WHEN status = ANY(r.r_sources) THEN r.r_failure_message ELSE failure_message END,
-                next_action_type = CASE WHEN status = ANY(r.r_sources) THEN r.r_action_type ELSE next_action_type END,
-                next_action_url = CASE WHEN status = ANY(r.r_sources) THEN r.r_action_url ELSE next_action_url END,
-                provider_status = CASE WHEN status = ANY($17) THEN COALESCE(r.r_provider_status, provider_status)
-                                       ELSE provider_status END,
-                action_started_at = CASE WHEN status = ANY(r.r_sources) AND r.r_status = 'requires_action'
-                                         THEN now() + r.r_shift_us * interval '1 microsecond'
-                                         ELSE action_started_at END,
-                status = CASE WHEN status = ANY(r.r_sources) THEN r.r_status ELSE status END,
-                provider_payment_id = COALESCE(provider_payment_id, r.r_payment_id),
-                review_reason = append_review_reason(review_reason, r.r_review_reason),
-                provider_calls = provider_calls + r.r_calls,
-                check_count = check_count + 1,
-                next_check_at = now() + (r.r_shift_us + r.r_next_check_us) * interval '1 microsecond',
-                last_error = r.r_last_error,
-                create_replays_failure = create_replays_failure OR r.r_replays_failure,
-                lookup_cursor = CASE WHEN r.r_has_lookup THEN r.r_lookup_cursor ELSE lookup_cursor END,
-                lease_owner = NULL,
-                lease_expires_at = NULL,
-                updated_at = now() + r.r_shift_us * interval '1 microsecond'
-             FROM (SELECT u.*, string_to_array(u.r_sources_text, ',') AS r_sources
-                   FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[],
-                               $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
-                               $11::text[], $12::integer[], $13::bigint[], $14::text[],
-                               $15::bigint[], $16::boolean[], $18::boolean[], $19::text[])
-                        WITH ORDINALITY AS u(r_id, r_owner, r_status, r_sources_text,
-                               r_payment_id, r_provider_status, r_failure_code,
-                               r_failure_message, r_action_type, r_action_url, r_review_reason,
-                               r_calls, r_next_check_us, r_last_error, r_shift_us,
-                               r_replays_failure, r_has_lookup, r_lookup_cursor, r_ordinal)) AS r
-             WHERE payment_attempts.id = r.r_id AND payment_attempts.lease_owner = r.r_owner
-             RETURNING r.r_ordinal AS batch_ordinal, payment_attempts.*",
+            "SELECT f.batch_ordinal, (f.attempt).*
+             FROM finish_rounds($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+                                $16, $17, $18, $19) AS f",
         )
         .bind(requests.iter().map(|request| request.id).collect::<Vec<_>>())
         .bind(requests.iter().map(|request| request.owner.as_uuid()).collect::<Vec<_>>())
