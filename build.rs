@@ -8,6 +8,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in &protos {
         println!("cargo:rerun-if-changed={proto}");
     }
+    // `sqlx::migrate!` embeds migrations/ at compile time but cannot tell cargo to watch it:
+    // without this, a new migration file alone would not rebuild the binary that applies them.
+    println!("cargo:rerun-if-changed=migrations");
     let file_descriptors = protox::compile(protos, ["proto"])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptor_bytes = prost::Message::encode_to_vec(&file_descriptors);
