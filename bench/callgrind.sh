@@ -36,17 +36,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_http() {
-  for _ in $(seq 1 600); do curl -sf -o /dev/null "$1" && return 0; sleep 0.2; done
-  echo "nothing answered on $1" >&2; exit 1
-}
 
 if [ "$SUMMARY_ONLY" != 1 ]; then
 psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
 CHARGEGUARD_DATABASE__URL="postgres://postgres@127.0.0.1:5432/$DB" "$BIN" migrate >/dev/null
 "$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" >"$OUT/sim.log" 2>&1 &
 sim_pid=$!
-wait_http "http://$SIM_ADDR/_sim/clock"
+wait_http "http://$SIM_ADDR/_sim/clock" 1200
 
 fi
 
@@ -62,7 +58,7 @@ run() {
     valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.$label" \
     "$BIN" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve-$label.log" 2>&1 &
   serve_pid=$!
-  wait_http "http://$HTTP_ADDR/readyz"
+  wait_http "http://$HTTP_ADDR/readyz" 1200
   if [ "$requests" -gt 0 ]; then
     CHARGEGUARD_BENCH_TOKEN="$token" "$BIN" bench charge --endpoint "http://$GRPC_ADDR" --label "$label" \
       --concurrency "$CONCURRENCY" --connections 4 --requests "$requests" --warmup-seconds 0 \

@@ -1,4 +1,5 @@
-# Helpers sourced by the bench scripts (bash): CPU time read from /proc, the service's config.
+# Helpers sourced by the bench scripts (bash): CPU time read from /proc, the service's config,
+# waiting for an HTTP endpoint, the simulator's create latency.
 #
 # postgres_ticks: clock ticks of PostgreSQL — its live processes and the children it has reaped
 # (backends that exited during a run still count).
@@ -38,4 +39,25 @@ requests_per_second_max = 100000
 burst_max = 100000
 calls_in_flight_max = 100000
 TOML
+}
+
+# wait_http URL [TRIES]: until URL answers 2xx, polling every 0.1 s, at most TRIES times (100 by
+# default); the script stops with a message when nothing answers.
+wait_http() {
+  for _ in $(seq 1 "${2:-100}"); do
+    curl -sf -o /dev/null "$1" && return 0
+    sleep 0.1
+  done
+  echo "bench/$(basename "$0"): nothing answered on $1" >&2
+  exit 1
+}
+
+# set_sim_latency MS: every create at the simulator on SIM_ADDR takes MS more (0: no fault).
+set_sim_latency() {
+  if [ "$1" = 0 ]; then
+    curl -sf -X DELETE "http://$SIM_ADDR/_sim/faults" >/dev/null
+  else
+    curl -sf -X POST "http://$SIM_ADDR/_sim/faults" -H 'content-type: application/json' \
+      -d "{\"target\":\"create_payment_intent\",\"spec\":{\"kind\":{\"latency\":$1},\"trigger\":{\"probability\":1.0}}}" >/dev/null
+  fi
 }

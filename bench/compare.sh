@@ -79,11 +79,6 @@ fresh_database() { # binary
   CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$1" bench seed --settled "$TABLE_ROWS" >/dev/null 2>&1
 }
 
-wait_http() {
-  for _ in $(seq 1 100); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
-  echo "nothing answered at $1" >&2
-  exit 1
-}
 
 # run_build ROUND LABEL: one measured run of the binary LABEL; appends a line to runs.jsonl.
 run_build() {
@@ -91,10 +86,7 @@ run_build() {
   "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" >"$OUT/sim-$label.log" 2>&1 &
   sim_pid=$!
   wait_http "http://$SIM_ADDR/_sim/clock"
-  if [ "$SIM_LATENCY_MS" != 0 ]; then
-    curl -sf -X POST "http://$SIM_ADDR/_sim/faults" -H 'content-type: application/json' \
-      -d "{\"target\":\"create_payment_intent\",\"spec\":{\"kind\":{\"latency\":$SIM_LATENCY_MS},\"trigger\":{\"probability\":1.0}}}" >/dev/null
-  fi
+  set_sim_latency "$SIM_LATENCY_MS"
   token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
   serve_config "$bin" "$token" $(( CONCURRENCY > 8 ? CONCURRENCY : 8 )) >"$OUT/serve.toml"
   CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" CHARGEGUARD_PROVIDER__API_KEY=$SIM_API_KEY \

@@ -32,6 +32,8 @@ rm -f "$OUT"/*
 
 log() { printf '\n== %s\n' "$*"; }
 fail() { echo "bench/replicas.sh: $*" >&2; exit 1; }
+# shellcheck source=bench/common.sh
+source bench/common.sh
 db_url() { echo "postgres://$PGUSER@$PGHOST:$PGPORT/$1"; }
 pids=()
 cleanup() {
@@ -40,10 +42,6 @@ cleanup() {
   psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
-wait_http() {
-  for _ in $(seq 1 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.1; done
-  fail "nothing answered on $1"
-}
 json_field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(list(d.values())[0][sys.argv[2]])' "$1" "$2"; }
 
 log "building release"
@@ -57,7 +55,7 @@ CHARGEGUARD_DATABASE__URL=$(db_url $DB) "$BIN" migrate >/dev/null
 "$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" \
   --objects-max 4000000 --idempotency-keys-max 4000000 >"$OUT/sim.log" 2>&1 &
 pids+=($!)
-wait_http "http://$SIM_ADDR/_sim/clock"
+wait_http "http://$SIM_ADDR/_sim/clock" 200
 
 token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
 token_sha=$(printf '%s' "$token" | "$BIN" hash-token)
@@ -105,7 +103,7 @@ TOML
       "$BIN" --config "$OUT/serve-$replicas-$index.toml" serve --no-migrate >"$OUT/serve-$replicas-$index.log" 2>&1 &
     serve_pids+=($!)
     pids+=($!)
-    wait_http "http://$http/readyz"
+    wait_http "http://$http/readyz" 200
   done
   load_pids=()
   for index in $(seq 1 "$replicas"); do

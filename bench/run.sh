@@ -129,13 +129,6 @@ port_free() {
   ! (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null
 }
 
-wait_http() {
-  for _ in $(seq 1 100); do
-    curl -sf -o /dev/null "$1" && return 0
-    sleep 0.1
-  done
-  fail "nothing answered on $1"
-}
 
 json_field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(list(d.values())[0][sys.argv[2]])' "$1" "$2"; }
 
@@ -243,14 +236,6 @@ bench_charge() { # label [extra args]
     --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" --duration-seconds "$SECONDS_MEASURED" \
     --warmup-seconds "$SECONDS_WARMUP" --json-out "$OUT/service-$label.json" "$@" | grep -v '^{'
   cpu_end "service-$label"
-}
-set_sim_latency() {
-  if [ "$1" = 0 ]; then
-    curl -sf -X DELETE "http://$SIM_ADDR/_sim/faults" >/dev/null
-  else
-    curl -sf -X POST "http://$SIM_ADDR/_sim/faults" -H 'content-type: application/json' \
-      -d "{\"target\":\"create_payment_intent\",\"spec\":{\"kind\":{\"latency\":$1},\"trigger\":{\"probability\":1.0}}}" >/dev/null
-  fi
 }
 
 log "chargeguard new charges, simulator at 0 ms"
