@@ -12,6 +12,7 @@ mod client;
 mod embedded;
 mod finance;
 mod group_commit;
+mod group_commit_finish;
 mod insert_race;
 mod migrations;
 mod model;
