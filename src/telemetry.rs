@@ -36,6 +36,11 @@ const LATENCY_BUCKETS_SECONDS: [f64; 14] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0
 /// `database.group_commit.batch_max`'s bound.
 const BATCH_ROWS_BUCKETS: [f64; 11] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1_000.0];
 
+/// A group-commit statement and a caller's wait for it (`store/group_commit.rs`): a commit on a
+/// local disk takes a fraction of a millisecond, so the bounds start below the latency list's.
+const GROUP_COMMIT_BUCKETS_SECONDS: [f64; 12] =
+    [0.000_25, 0.000_5, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 1.0];
+
 /// The process-wide Prometheus recorder, installed on first use. One per process: several
 /// applications in one test process share it.
 pub fn metrics_handle() -> &'static PrometheusHandle {
@@ -46,6 +51,16 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
             .set_buckets_for_metric(
                 metrics_exporter_prometheus::Matcher::Full("chargeguard_group_commit_batch_rows".to_owned()),
                 &BATCH_ROWS_BUCKETS,
+            )
+            .expect("bucket list is not empty")
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("chargeguard_group_commit_statement_seconds".to_owned()),
+                &GROUP_COMMIT_BUCKETS_SECONDS,
+            )
+            .expect("bucket list is not empty")
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("chargeguard_group_commit_wait_seconds".to_owned()),
+                &GROUP_COMMIT_BUCKETS_SECONDS,
             )
             .expect("bucket list is not empty")
             .install_recorder()

@@ -16,7 +16,7 @@
 //!   one waits for the next, so it sees the first exactly as if it had run alone.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
@@ -54,6 +54,9 @@ pub trait BatchStatement: Send + Sync + 'static {
     type Request: Send + Sync + 'static;
     type Answer: Send + 'static;
 
+    /// The `statement` label of this committer's metrics (`insert`, `finish`).
+    const NAME: &'static str;
+
     /// What makes two requests unable to share a batch (same key), if anything.
     fn key(request: &Self::Request) -> Option<Uuid>;
 
@@ -67,6 +70,8 @@ pub trait BatchStatement: Send + Sync + 'static {
 struct Entry<S: BatchStatement> {
     request: S::Request,
     answer: oneshot::Sender<Result<S::Answer, StoreError>>,
+    /// When the caller enqueued it: its wait (queue and statement) is measured from here.
+    enqueued: Instant,
 }
 
 /// The callers' side of a committer task; cloning shares the task.
@@ -94,7 +99,7 @@ impl<S: BatchStatement> GroupCommitter<S> {
     pub async fn submit(&self, request: S::Request) -> Result<S::Answer, StoreError> {
         let (answer, answered) = oneshot::channel();
         self.queue
-            .send(Entry { request, answer })
+            .send(Entry { request, answer, enqueued: Instant::now() })
             .await
             .map_err(|_| StoreError::Unavailable("the group committer stopped".to_owned()))?;
         answered
@@ -191,42 +196,67 @@ async fn hold_for_more<S: BatchStatement>(
 /// returned, so after its commit.
 async fn commit<S: BatchStatement>(statement: &S, batch: Vec<Entry<S>>) {
     let rows = batch.len();
-    metrics::histogram!("chargeguard_group_commit_batch_rows").record(rows as f64);
+    metrics::histogram!("chargeguard_group_commit_batch_rows", "statement" => S::NAME).record(rows as f64);
+    let started = Instant::now();
     if rows == 1 {
         // Alone (an idle service): the single-row statement, exactly what runs without group
         // commit, cheaper to plan than arrays of one.
         for entry in batch {
-            let _ = entry.answer.send(statement.run_one(&entry.request).await);
+            let result = statement.run_one(&entry.request).await;
+            record_statement::<S>(started);
+            answer::<S>(entry.answer, entry.enqueued, result);
         }
         return;
     }
-    let (requests, answers): (Vec<_>, Vec<_>) = batch.into_iter().map(|entry| (entry.request, entry.answer)).unzip();
-    match statement.run_batch(&requests).await {
+    let (requests, callers): (Vec<_>, Vec<_>) =
+        batch.into_iter().map(|entry| (entry.request, (entry.answer, entry.enqueued))).unzip();
+    let outcome = statement.run_batch(&requests).await;
+    record_statement::<S>(started);
+    match outcome {
         Ok(results) if results.len() == rows => {
-            for (answer, result) in answers.into_iter().zip(results) {
-                // A caller that went away (its call was cancelled) needs no answer.
-                let _ = answer.send(Ok(result));
+            for ((sender, enqueued), result) in callers.into_iter().zip(results) {
+                answer::<S>(sender, enqueued, Ok(result));
             }
         }
         Ok(results) => {
             let message = format!("a batch of {rows} rows returned {} answers", results.len());
-            for answer in answers {
-                let _ = answer.send(Err(StoreError::Corrupt(message.clone())));
+            for (sender, enqueued) in callers {
+                answer::<S>(sender, enqueued, Err(StoreError::Corrupt(message.clone())));
             }
         }
         Err(BatchError::Unavailable(message)) => {
             tracing::warn!(rows, error = %message, "group commit: the batch statement failed; every caller retries");
-            for answer in answers {
-                let _ = answer.send(Err(StoreError::Unavailable(message.clone())));
+            for (sender, enqueued) in callers {
+                answer::<S>(sender, enqueued, Err(StoreError::Unavailable(message.clone())));
             }
         }
         Err(BatchError::RowRejected(message)) => {
             tracing::warn!(rows, error = %message, "group commit: a row failed the batch; running its rows one by one");
-            for (request, answer) in requests.iter().zip(answers) {
-                let _ = answer.send(statement.run_one(request).await);
+            for (request, (sender, enqueued)) in requests.iter().zip(callers) {
+                let result = statement.run_one(request).await;
+                answer::<S>(sender, enqueued, result);
             }
         }
     }
+}
+
+/// How long the batch's statement (and its commit) took, from the committer's side.
+fn record_statement<S: BatchStatement>(started: Instant) {
+    metrics::histogram!("chargeguard_group_commit_statement_seconds", "statement" => S::NAME)
+        .record(started.elapsed().as_secs_f64());
+}
+
+/// Answers one caller, and records how long it waited: in the queue, for the batch ahead of
+/// it, and for its own statement.
+fn answer<S: BatchStatement>(
+    sender: oneshot::Sender<Result<S::Answer, StoreError>>,
+    enqueued: Instant,
+    result: Result<S::Answer, StoreError>,
+) {
+    metrics::histogram!("chargeguard_group_commit_wait_seconds", "statement" => S::NAME)
+        .record(enqueued.elapsed().as_secs_f64());
+    // A caller that went away (its call was cancelled) needs no answer.
+    let _ = sender.send(result);
 }
 
 #[cfg(test)]
@@ -283,6 +313,7 @@ mod tests {
     impl BatchStatement for Recorder {
         type Request = u32;
         type Answer = u32;
+        const NAME: &'static str = "recorder";
 
         fn key(_: &u32) -> Option<Uuid> {
             None

@@ -78,6 +78,7 @@ pub(super) struct InsertBatch {
 impl BatchStatement for InsertBatch {
     type Request = NewAttempt;
     type Answer = RowAnswer;
+    const NAME: &'static str = "insert";
 
     /// Attempts of one operation may share a batch: the second finds the row the first wrote
     /// (see `first_attempts` and `attempts_row_by_row`).
@@ -266,6 +267,7 @@ pub(super) struct FinishBatch {
 impl BatchStatement for FinishBatch {
     type Request = FinishRequest;
     type Answer = RowAnswer;
+    const NAME: &'static str = "finish";
 
     /// An UPDATE … FROM changes a row once however many batch rows join it: two results for
     /// one attempt go in separate batches, the second judged against the first's write.

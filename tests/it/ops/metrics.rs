@@ -63,6 +63,19 @@ async fn metrics_count_charge_outcomes() {
     assert!(text.contains("# TYPE chargeguard_provider_round_seconds histogram"), "{text}");
     assert!(text.lines().any(|line| line.starts_with("chargeguard_provider_round_seconds_bucket{") && line.contains("le=\"0.005\"")), "{text}");
     assert!(!text.contains("chargeguard_provider_round_seconds{") || !text.contains("quantile="), "no summary quantiles: {text}");
+    if crate::support::group_commit_enabled() {
+        // Group commit's rows, statement time and each caller's wait, by committer, with the
+        // sub-millisecond bounds a local commit needs.
+        for statement in ["insert", "finish"] {
+            for metric in ["batch_rows", "statement_seconds", "wait_seconds"] {
+                let series = format!("chargeguard_group_commit_{metric}_count{{statement=\"{statement}\"}} ");
+                let count = series_value(&text, &series).unwrap_or_else(|| panic!("no {series} in:\n{text}"));
+                assert!(count >= 1.0, "{series}{count}");
+            }
+            let finest = format!("chargeguard_group_commit_wait_seconds_bucket{{statement=\"{statement}\",le=\"0.00025\"}} ");
+            assert!(series_value(&text, &finest).is_some(), "no {finest} in:\n{text}");
+        }
+    }
 }
 
 const WEBHOOK_SECRET: &str = "whsec_inbox_gauges_test";
