@@ -10,6 +10,9 @@
 #   bash bench/compare.sh REV_A [REV_B]    REV_B: the work tree when left out (about 6 minutes
 #                                          after the builds, at the defaults)
 #   BENCH_SIM_LATENCY_MS=20 bash bench/compare.sh HEAD~1   the same with the simulator's create at 20 ms
+#   BENCH_ENV_B="CHARGEGUARD_DATABASE__GROUP_COMMIT__WAIT_MAX_US=1000" bash bench/compare.sh HEAD HEAD
+#                                          one build, two settings: BENCH_ENV_A / BENCH_ENV_B are
+#                                          added to the environment of that build's `serve`
 #
 # A revision is built in a temporary git worktree into the same target/ (dependencies are
 # reused; only chargeguard is compiled again), and its binary kept as target/compare/<rev>.
@@ -18,6 +21,8 @@ cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: bench/compare.sh REV_A [REV_B]" >&2; exit 2; }
 REV_A=$1
 REV_B=${2:-}
+ENV_A=${BENCH_ENV_A:-}
+ENV_B=${BENCH_ENV_B:-}
 ROUNDS=${BENCH_ROUNDS:-3}
 CONCURRENCY=${BENCH_CONCURRENCY:-16}
 CONNECTIONS=${BENCH_CONNECTIONS:-4}
@@ -52,16 +57,30 @@ build() {
     git worktree add --quiet --detach "$tree" "$rev"
     CARGO_TARGET_DIR="$PWD/target" cargo build --release --quiet --manifest-path "$tree/Cargo.toml"
     git worktree remove --force "$tree"
+    # Cargo keys a workspace crate's fingerprint by its path inside the workspace, not by the
+    # workspace's own path, and judges it by file times: the worktree's fingerprint (newer than
+    # any file of the work tree) would make the work tree's next build look fresh and leave the
+    # worktree's binary in target/release. Forgetting our crates' fingerprints makes that build
+    # compile them again (the dependencies stay built).
+    rm -rf target/release/.fingerprint/chargeguard-* target/release/.fingerprint/chargeguard_*
   fi
   cp target/release/chargeguard "$OUT/$label"
 }
 
 label_a=a-$(git rev-parse --short "$REV_A")
 if [ -n "$REV_B" ]; then label_b=b-$(git rev-parse --short "$REV_B"); else label_b=b-worktree; fi
-log "building $label_a and $label_b"
+log "building $label_a${ENV_A:+ ($ENV_A)} and $label_b${ENV_B:+ ($ENV_B)}"
 build "$REV_A" "$label_a"
-# The work tree last, so that target/release/chargeguard is the work tree's again afterwards.
-build "$REV_B" "$label_b"
+if [ -n "$REV_B" ] && [ "$(git rev-parse "$REV_A")" = "$(git rev-parse "$REV_B")" ]; then
+  cp "$OUT/$label_a" "$OUT/$label_b"
+  [ "$ENV_A" != "$ENV_B" ] || echo "bench/compare.sh: one build and one setting on both sides (A / A)" >&2
+else
+  # The work tree last, so that target/release/chargeguard is the work tree's again afterwards.
+  build "$REV_B" "$label_b"
+  if cmp -s "$OUT/$label_a" "$OUT/$label_b"; then
+    echo "bench/compare.sh: $label_a and $label_b are the same binary" >&2
+  fi
+fi
 
 sim_pid="" serve_pid=""
 stop_all() {
@@ -82,7 +101,9 @@ fresh_database() { # binary
 
 # run_build ROUND LABEL: one measured run of the binary LABEL; appends a line to runs.jsonl.
 run_build() {
-  local round=$1 label=$2 bin="$OUT/$2" token pg0 serve0 sim0
+  local round=$1 label=$2 bin="$OUT/$2" token pg0 serve0 sim0 settings
+  # Split on spaces on purpose below: several VAR=value settings.
+  if [ "$label" = "$label_a" ]; then settings=$ENV_A; else settings=$ENV_B; fi
   "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" >"$OUT/sim-$label.log" 2>&1 &
   sim_pid=$!
   wait_http "http://$SIM_ADDR/_sim/clock"
@@ -90,18 +111,23 @@ run_build() {
   token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
   serve_config "$bin" "$token" $(( CONCURRENCY > 8 ? CONCURRENCY : 8 )) >"$OUT/serve.toml"
   CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" CHARGEGUARD_PROVIDER__API_KEY=$SIM_API_KEY \
-    CHARGEGUARD_SWEEP__ENABLED=false "$bin" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve-$label.log" 2>&1 &
+    CHARGEGUARD_SWEEP__ENABLED=false env $settings "$bin" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve-$label.log" 2>&1 &
   serve_pid=$!
   wait_http "http://$HTTP_ADDR/readyz"
   CHARGEGUARD_BENCH_TOKEN=$token "$bin" bench charge --endpoint "http://$GRPC_ADDR" --concurrency "$CONCURRENCY" \
     --connections "$CONNECTIONS" --duration-seconds "$SECONDS_WARMUP" >/dev/null
+  curl -sf -o "$OUT/metrics.before" "http://$HTTP_ADDR/metrics"
   pg0=$(postgres_ticks) serve0=$(pid_ticks "$serve_pid") sim0=$(pid_ticks "$sim_pid")
   /usr/bin/time -f '%U %S' -o "$OUT/client.cpu" env CHARGEGUARD_BENCH_TOKEN="$token" "$bin" bench charge \
     --endpoint "http://$GRPC_ADDR" --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" \
     --duration-seconds "$SECONDS_MEASURED" --json-out "$OUT/charge.json" >/dev/null
-  printf '{"round": %s, "build": "%s", "postgres_ticks": %s, "service_ticks": %s, "simulator_ticks": %s, "client_seconds": %s, "charge": %s}\n' \
-    "$round" "$label" $(( $(postgres_ticks) - pg0 )) $(( $(pid_ticks "$serve_pid") - serve0 )) \
-    $(( $(pid_ticks "$sim_pid") - sim0 )) "$(awk '{print $1 + $2}' "$OUT/client.cpu")" "$(cat "$OUT/charge.json")" >>"$OUT/runs.jsonl"
+  local pg1 serve1 sim1
+  pg1=$(postgres_ticks) serve1=$(pid_ticks "$serve_pid") sim1=$(pid_ticks "$sim_pid")
+  curl -sf -o "$OUT/metrics.after" "http://$HTTP_ADDR/metrics"
+  printf '{"round": %s, "build": "%s", "postgres_ticks": %s, "service_ticks": %s, "simulator_ticks": %s, "client_seconds": %s, "stages": %s, "charge": %s}\n' \
+    "$round" "$label" $(( pg1 - pg0 )) $(( serve1 - serve0 )) $(( sim1 - sim0 )) \
+    "$(awk '{print $1 + $2}' "$OUT/client.cpu")" "$(stage_means "$OUT/metrics.before" "$OUT/metrics.after")" \
+    "$(cat "$OUT/charge.json")" >>"$OUT/runs.jsonl"
   stop_all
 }
 
@@ -155,6 +181,15 @@ keys = ["rate", "ratio", "p50", "p99", "pg", "service", "sim", "client", "total"
 medians = {label: {key: statistics.median(row[key] for row in rows[label]) for key in keys} for label in rows if rows[label]}
 for label, m in medians.items():
     print(f"{'':>5} {label:18} {m['rate']:9.0f} {m['ratio']:9.2f} {m['p50']:7.2f} {m['p99']:7.2f}   {'':14}{m['pg']:5.0f} {m['service']:7.0f} {m['sim']:5.0f} {m['client']:6.0f} {m['total']:6.0f}")
+stages = {label: {} for label in rows}
+for run in runs:
+    for key, value in run.get("stages", {}).items():
+        stages[run["build"]].setdefault(key, []).append(value)
+if any(stages.values()):
+    print("\nwhere a charge's time goes in the service (medians of the runs' means; rows per statement, else ms)")
+    for label, by_key in stages.items():
+        for key in sorted(by_key):
+            print(f"{'':>5} {label:18} {key:28} {statistics.median(by_key[key]):8.2f}")
 if len(medians) == 2:
     a, b = medians[label_a], medians[label_b]
     print(f"{'':>5} {'B / A':18} {b['rate'] / a['rate']:9.2f} {'':>9} {b['p50'] / a['p50']:7.2f} {b['p99'] / a['p99']:7.2f}   {'':14}{b['pg'] / a['pg']:5.2f} {b['service'] / a['service']:7.2f} {b['sim'] / a['sim']:5.2f} {b['client'] / a['client']:6.2f} {b['total'] / a['total']:6.2f}")
