@@ -2,16 +2,26 @@
 # waiting for an HTTP endpoint, the simulator's create latency.
 #
 # postgres_ticks: clock ticks of PostgreSQL — its live processes and the children it has reaped
-# (backends that exited during a run still count).
+# (backends that exited during a run still count). A backend reaped between the two reads
+# would be in neither, so the reaped children's sum is read before and after the live
+# processes, and the reading taken again until no reap fell between. (Two pgbench rows of 15
+# in bench/compare.sh read a fifth of PostgreSQL's usual CPU; this race is one possible cause,
+# not a confirmed one.)
 postgres_ticks() {
-  local postmaster total=0
+  local postmaster reaped reaped_after live
   # The oldest process named postgres is the postmaster; fields 16-17 are its reaped children's.
   postmaster=$(pgrep -o -x postgres || true)
-  if [ -n "$postmaster" ]; then total=$(awk '{print $16 + $17}' "/proc/$postmaster/stat"); fi
-  for pid in $(pgrep -x postgres || true); do
-    [ -r "/proc/$pid/stat" ] && total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+  [ -n "$postmaster" ] || { echo 0; return; }
+  for _ in $(seq 1 50); do
+    reaped=$(awk '{print $16 + $17}' "/proc/$postmaster/stat")
+    live=0
+    for pid in $(pgrep -x postgres || true); do
+      [ -r "/proc/$pid/stat" ] && live=$(( live + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+    done
+    reaped_after=$(awk '{print $16 + $17}' "/proc/$postmaster/stat")
+    [ "$reaped" = "$reaped_after" ] && break
   done
-  echo "$total"
+  echo $(( reaped_after + live ))
 }
 # pid_ticks PID: clock ticks (user + system) of one process, 0 when there is none.
 pid_ticks() { if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
