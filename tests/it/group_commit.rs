@@ -21,7 +21,7 @@ const POLLS_MAX: u32 = 1_000;
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Time for the callers behind a blocked batch to reach the committer's queue (debug build, 2
 /// shared cores).
-const QUEUE_SETTLE: Duration = Duration::from_secs(2);
+pub const QUEUE_SETTLE: Duration = Duration::from_secs(2);
 
 /// Holds payment_attempts against writes until the transaction ends; reads go on.
 pub async fn lock_writes(pool: &PgPool) -> Transaction<'static, Postgres> {

@@ -12,38 +12,21 @@ use std::sync::Arc;
 use chargeguard::domain::{
     Attempt, AttemptStatus, Failure, LeaseOwner, ListProgress, NextAction,
 };
-use chargeguard::store::{AttemptStore, CallerTime, LeaseRequest, NewAttempt, RoundResult};
+use chargeguard::store::{AttemptStore, CallerTime, NewAttempt, RoundResult};
 use chrono::{Duration, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::group_commit::{lock_writes, wait_for_a_blocked_batch};
-use crate::support::attempts::{insert_new, pending_attempt};
+use crate::group_commit::{QUEUE_SETTLE, lock_writes, wait_for_a_blocked_batch};
+use crate::support::attempts::{insert_new, lease_request, owner, pending_attempt, round};
 use crate::support::{Backend, TestDatabase};
-
-/// Time for the finishes behind a blocked batch to reach the committer's queue (debug build, 2
-/// shared cores).
-const QUEUE_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn now() -> CallerTime {
     CallerTime { now: Utc::now(), shift: Duration::zero() }
 }
 
-fn owner() -> LeaseOwner {
-    LeaseOwner::from_uuid(Uuid::new_v4())
-}
-
 fn new_attempt(operation: &str, holder: LeaseOwner) -> NewAttempt {
     pending_attempt(operation, holder, Duration::seconds(30), Duration::seconds(60), now())
-}
-
-fn lease_request(holder: LeaseOwner) -> LeaseRequest {
-    LeaseRequest {
-        owner: holder,
-        duration: Duration::seconds(30),
-        key_window_safe: Duration::hours(23),
-        time: now(),
-    }
 }
 
 /// The state a row is in when its round's result arrives.
@@ -63,10 +46,6 @@ struct Scenario {
     name: &'static str,
     before: Before,
     result: RoundResult,
-}
-
-fn round(status: AttemptStatus) -> RoundResult {
-    RoundResult::unchanged(status, 1, Duration::seconds(60), None)
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -130,7 +109,7 @@ async fn set_up(store: &dyn AttemptStore, pool: &PgPool, operation: &str, before
             earlier.next_action = Some(NextAction { kind: "redirect_to_url".into(), redirect_url: Some("https://x".into()) });
             store.finish_round(inserted.id, holder, &earlier, now()).await.unwrap().expect("the insert's holder");
             let next = owner();
-            store.acquire_lease(inserted.id, lease_request(next)).await.unwrap().expect("the lease is free");
+            store.acquire_lease(inserted.id, lease_request(next, now())).await.unwrap().expect("the lease is free");
             (inserted, next)
         }
         Before::SucceededByWebhook => {

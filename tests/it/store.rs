@@ -7,17 +7,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use chargeguard::domain::{
-    Attempt, AttemptId, AttemptStatus, ChargeParams, ConsumerName, Failure, LeaseOwner, ListProgress,
-    NextAction,
+    Attempt, AttemptId, AttemptStatus, ChargeParams, ConsumerName, Failure, ListProgress, NextAction,
 };
 use chargeguard::store::{
-    AttemptStore, CallerTime, InsertOutcome, LeaseRequest, ListCursor, ListFilter, NewAttempt,
-    RoundResult,
+    AttemptStore, CallerTime, InsertOutcome, ListCursor, ListFilter, NewAttempt,
 };
 use chrono::{DateTime, Duration, Utc};
-use uuid::Uuid;
 
-use crate::support::attempts::{insert_new, pending_attempt};
+use crate::support::attempts::{SAFE_WINDOW_HOURS, insert_new, lease_request, owner, pending_attempt, round};
 use crate::support::{Backend, TestDatabase, on_both_backends};
 
 struct Fixture {
@@ -35,7 +32,6 @@ async fn fixture(backend: Backend) -> Fixture {
 
 /// The lease every insert here takes.
 const INSERT_LEASE_SECONDS: i64 = 10;
-const SAFE_WINDOW_HOURS: i64 = 23;
 
 /// The whole system `shift` into the future: this process's clock and the database's moved
 /// together (as `OffsetClock` moves them in the app).
@@ -48,29 +44,12 @@ fn skewed(skew: Duration) -> CallerTime {
     CallerTime { now: Utc::now() + skew, shift: Duration::zero() }
 }
 
-fn owner() -> LeaseOwner {
-    LeaseOwner::from_uuid(Uuid::new_v4())
-}
-
-fn lease_request(owner: LeaseOwner, time: CallerTime) -> LeaseRequest {
-    LeaseRequest {
-        owner,
-        duration: Duration::seconds(30),
-        key_window_safe: Duration::hours(SAFE_WINDOW_HOURS),
-        time,
-    }
-}
-
 fn new_attempt(operation: &str, due_in: Duration, time: CallerTime) -> NewAttempt {
     pending_attempt(operation, owner(), Duration::seconds(INSERT_LEASE_SECONDS), due_in, time)
 }
 
 async fn insert(store: &dyn AttemptStore, new: &NewAttempt) -> Attempt {
     insert_new(store, new).await
-}
-
-fn round(status: AttemptStatus) -> RoundResult {
-    RoundResult::unchanged(status, 1, Duration::seconds(60), None)
 }
 
 fn assert_near(actual: DateTime<Utc>, expected: DateTime<Utc>, what: &str) {

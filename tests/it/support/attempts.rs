@@ -2,10 +2,10 @@
 //! tests that need rows in a given state without going through a provider call.
 
 use chargeguard::domain::{
-    Attempt, AttemptId, ChargeParams, ConsumerName, Currency, Description, LeaseOwner, Metadata,
-    OperationKey, PaymentMethodId, derive_idempotency_key,
+    Attempt, AttemptId, AttemptStatus, ChargeParams, ConsumerName, Currency, Description, LeaseOwner,
+    Metadata, OperationKey, PaymentMethodId, derive_idempotency_key,
 };
-use chargeguard::store::{AttemptStore, CallerTime, InsertOutcome, NewAttempt};
+use chargeguard::store::{AttemptStore, CallerTime, InsertOutcome, LeaseRequest, NewAttempt, RoundResult};
 use chrono::Duration;
 use uuid::Uuid;
 
@@ -59,4 +59,27 @@ pub async fn insert_new(store: &dyn AttemptStore, new: &NewAttempt) -> Attempt {
         }
         refused => panic!("operation {} refused: {refused:?}", new.operation_key),
     }
+}
+
+/// How long before the provider forgets a key the leases of these tests stop sending it.
+pub const SAFE_WINDOW_HOURS: i64 = 23;
+
+/// A fresh holder: one call or one sweep pass.
+pub fn owner() -> LeaseOwner {
+    LeaseOwner::from_uuid(Uuid::new_v4())
+}
+
+/// A 30 s lease for `owner`, asked at `time`.
+pub fn lease_request(owner: LeaseOwner, time: CallerTime) -> LeaseRequest {
+    LeaseRequest {
+        owner,
+        duration: Duration::seconds(30),
+        key_window_safe: Duration::hours(SAFE_WINDOW_HOURS),
+        time,
+    }
+}
+
+/// A round that found the row in `status`: one call, looked at again in a minute.
+pub fn round(status: AttemptStatus) -> RoundResult {
+    RoundResult::unchanged(status, 1, Duration::seconds(60), None)
 }
