@@ -36,7 +36,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-
 if [ "$SUMMARY_ONLY" != 1 ]; then
 psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
 CHARGEGUARD_DATABASE__URL="postgres://postgres@127.0.0.1:5432/$DB" "$BIN" migrate >/dev/null

@@ -98,7 +98,6 @@ fresh_database() { # binary
   CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$1" bench seed --settled "$TABLE_ROWS" >/dev/null 2>&1
 }
 
-
 # run_build ROUND LABEL: one measured run of the binary LABEL; appends a line to runs.jsonl.
 run_build() {
   local round=$1 label=$2 bin="$OUT/$2" token pg0 serve0 sim0 settings

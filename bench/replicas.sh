@@ -58,7 +58,6 @@ pids+=($!)
 wait_http "http://$SIM_ADDR/_sim/clock" 200
 
 token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
-token_sha=$(printf '%s' "$token" | "$BIN" hash-token)
 
 # pgbench: the service's new-charge SQL with the constants the service binds, same concurrency.
 source bench/pgbench/new_charge_values.sh
@@ -75,30 +74,12 @@ for replicas in 1 2 3; do
   for index in $(seq 1 "$replicas"); do
     grpc="127.0.0.1:$(( PORT_BASE + 2 * index ))"
     http="127.0.0.1:$(( PORT_BASE + 2 * index + 1 ))"
-    cat >"$OUT/serve-$replicas-$index.toml" <<TOML
-[server]
-grpc_listen = "$grpc"
-http_listen = "$http"
-
-[database]
-connections_max = $(( (CONCURRENCY + replicas - 1) / replicas ))
-
-[provider]
-base_url = "http://$SIM_ADDR/"
-
-[sweep]
-enabled = false
-concurrency_max = 1
-
-# The load generator is one consumer: limits above any rate reached here (the default 500/s
-# would measure the limiter).
-[[consumers]]
-name = "bench"
-token_sha256 = "$token_sha"
-requests_per_second_max = 100000
-burst_max = 100000
-calls_in_flight_max = 100000
-TOML
+    # The benchmarks' one serve config (bench/common.sh) at this replica's addresses, its
+    # share of the pool, and the sweep off.
+    {
+      GRPC_ADDR=$grpc HTTP_ADDR=$http serve_config "$BIN" "$token" $(( (CONCURRENCY + replicas - 1) / replicas ))
+      printf '\n[sweep]\nenabled = false\nconcurrency_max = 1\n'
+    } >"$OUT/serve-$replicas-$index.toml"
     CHARGEGUARD_DATABASE__URL=$(db_url $DB) CHARGEGUARD_PROVIDER__API_KEY=$SIM_API_KEY \
       "$BIN" --config "$OUT/serve-$replicas-$index.toml" serve --no-migrate >"$OUT/serve-$replicas-$index.log" 2>&1 &
     serve_pids+=($!)

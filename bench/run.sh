@@ -129,7 +129,6 @@ port_free() {
   ! (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null
 }
 
-
 json_field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(list(d.values())[0][sys.argv[2]])' "$1" "$2"; }
 
 # --- build and services ------------------------------------------------------------------------
