@@ -105,7 +105,7 @@ pub struct DatabaseConfig {
 }
 
 /// `[database.group_commit]`: how concurrent `insert_pending` and `finish_round` calls are
-/// grouped into one statement each (store/group_commit.rs).
+/// grouped into shared statements, both kinds in one (store/group_commit.rs).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GroupCommitConfig {

@@ -27,6 +27,9 @@ use super::StoreError;
 /// The queue holds this many full batches at most; callers beyond it wait to enqueue.
 const QUEUE_BATCHES: usize = 4;
 
+/// The `statement` label of a batch that holds requests of more than one kind.
+pub const MIXED: &str = "mixed";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupCommitLimits {
     /// Rows in one statement at most (at least 1).
@@ -54,8 +57,10 @@ pub trait BatchStatement: Send + Sync + 'static {
     type Request: Send + Sync + 'static;
     type Answer: Send + 'static;
 
-    /// The `statement` label of this committer's metrics (`insert`, `finish`).
-    const NAME: &'static str;
+    /// The `statement` label of a request in this committer's metrics (`insert`, `finish`): a
+    /// caller's wait carries its own; a batch, its requests' if they are all of one kind, else
+    /// `MIXED`.
+    fn kind(request: &Self::Request) -> &'static str;
 
     /// What makes two requests unable to share a batch (same key), if anything.
     fn key(request: &Self::Request) -> Option<Uuid>;
@@ -196,53 +201,60 @@ async fn hold_for_more<S: BatchStatement>(
 /// returned, so after its commit.
 async fn commit<S: BatchStatement>(statement: &S, batch: Vec<Entry<S>>) {
     let rows = batch.len();
-    metrics::histogram!("chargeguard_group_commit_batch_rows", "statement" => S::NAME).record(rows as f64);
+    let label = batch_label::<S>(batch.iter().map(|entry| &entry.request));
+    metrics::histogram!("chargeguard_group_commit_batch_rows", "statement" => label).record(rows as f64);
     let started = Instant::now();
     if rows == 1 {
         // Alone (an idle service): the single-row statement, exactly what runs without group
         // commit, cheaper to plan than arrays of one.
         for entry in batch {
             let result = statement.run_one(&entry.request).await;
-            record_statement::<S>(started);
-            answer::<S>(entry.answer, entry.enqueued, result);
+            record_statement(label, started);
+            answer::<S>(entry.answer, S::kind(&entry.request), entry.enqueued, result);
         }
         return;
     }
     let (requests, callers): (Vec<_>, Vec<_>) =
         batch.into_iter().map(|entry| (entry.request, (entry.answer, entry.enqueued))).unzip();
     let outcome = statement.run_batch(&requests).await;
-    record_statement::<S>(started);
+    record_statement(label, started);
     match outcome {
         Ok(results) if results.len() == rows => {
-            for ((sender, enqueued), result) in callers.into_iter().zip(results) {
-                answer::<S>(sender, enqueued, Ok(result));
+            for ((request, (sender, enqueued)), result) in requests.iter().zip(callers).zip(results) {
+                answer::<S>(sender, S::kind(request), enqueued, Ok(result));
             }
         }
         Ok(results) => {
             let message = format!("a batch of {rows} rows returned {} answers", results.len());
-            for (sender, enqueued) in callers {
-                answer::<S>(sender, enqueued, Err(StoreError::Corrupt(message.clone())));
+            for (request, (sender, enqueued)) in requests.iter().zip(callers) {
+                answer::<S>(sender, S::kind(request), enqueued, Err(StoreError::Corrupt(message.clone())));
             }
         }
         Err(BatchError::Unavailable(message)) => {
             tracing::warn!(rows, error = %message, "group commit: the batch statement failed; every caller retries");
-            for (sender, enqueued) in callers {
-                answer::<S>(sender, enqueued, Err(StoreError::Unavailable(message.clone())));
+            for (request, (sender, enqueued)) in requests.iter().zip(callers) {
+                answer::<S>(sender, S::kind(request), enqueued, Err(StoreError::Unavailable(message.clone())));
             }
         }
         Err(BatchError::RowRejected(message)) => {
             tracing::warn!(rows, error = %message, "group commit: a row failed the batch; running its rows one by one");
             for (request, (sender, enqueued)) in requests.iter().zip(callers) {
                 let result = statement.run_one(request).await;
-                answer::<S>(sender, enqueued, result);
+                answer::<S>(sender, S::kind(request), enqueued, result);
             }
         }
     }
 }
 
+/// A batch's `statement` label: the kind of its requests, or `MIXED`. Pure.
+pub(crate) fn batch_label<'r, S: BatchStatement>(mut requests: impl Iterator<Item = &'r S::Request>) -> &'static str {
+    let Some(first) = requests.next().map(S::kind) else { return MIXED };
+    if requests.all(|request| S::kind(request) == first) { first } else { MIXED }
+}
+
 /// How long the batch's statement (and its commit) took, from the committer's side.
-fn record_statement<S: BatchStatement>(started: Instant) {
-    metrics::histogram!("chargeguard_group_commit_statement_seconds", "statement" => S::NAME)
+fn record_statement(label: &'static str, started: Instant) {
+    metrics::histogram!("chargeguard_group_commit_statement_seconds", "statement" => label)
         .record(started.elapsed().as_secs_f64());
 }
 
@@ -250,10 +262,11 @@ fn record_statement<S: BatchStatement>(started: Instant) {
 /// it, and for its own statement.
 fn answer<S: BatchStatement>(
     sender: oneshot::Sender<Result<S::Answer, StoreError>>,
+    kind: &'static str,
     enqueued: Instant,
     result: Result<S::Answer, StoreError>,
 ) {
-    metrics::histogram!("chargeguard_group_commit_wait_seconds", "statement" => S::NAME)
+    metrics::histogram!("chargeguard_group_commit_wait_seconds", "statement" => kind)
         .record(enqueued.elapsed().as_secs_f64());
     // A caller that went away (its call was cancelled) needs no answer.
     let _ = sender.send(result);
@@ -313,7 +326,10 @@ mod tests {
     impl BatchStatement for Recorder {
         type Request = u32;
         type Answer = u32;
-        const NAME: &'static str = "recorder";
+
+        fn kind(request: &u32) -> &'static str {
+            if request.is_multiple_of(2) { "even" } else { "odd" }
+        }
 
         fn key(_: &u32) -> Option<Uuid> {
             None
@@ -342,6 +358,13 @@ mod tests {
             }
             Ok(request * 10)
         }
+    }
+
+    #[test]
+    fn a_batch_is_labelled_by_its_requests_kind_or_as_mixed() {
+        assert_eq!(batch_label::<Recorder>([2, 4].iter()), "even");
+        assert_eq!(batch_label::<Recorder>([3].iter()), "odd");
+        assert_eq!(batch_label::<Recorder>([2, 3].iter()), MIXED);
     }
 
     fn limits(batch_max: usize) -> GroupCommitLimits {

@@ -7,7 +7,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, Row};
 use uuid::Uuid;
 
-use super::postgres_group::{FinishRequest, PostgresGroupCommit, limits_of};
+use super::postgres_group::{ChargeWrite, FinishRequest, PostgresGroupCommit, limits_of};
 use super::row::{AttemptColumns, ColumnError, attempt_from_row, encode_progress, optional_attempt};
 use super::{
     AttemptStore, CallerTime, InsertOutcome, LeaseRequest, Leased, ListCursor, ListFilter,
@@ -81,9 +81,9 @@ impl PostgresStore {
     }
 
     /// The same store with `insert_pending` and `finish_round` grouped into shared statements
-    /// and commits; starts the two committer tasks on the current runtime.
+    /// and commits; starts the committer task on the current runtime.
     pub fn with_group_commit(self, config: &GroupCommitConfig) -> Self {
-        let group = PostgresGroupCommit::spawn(&self.pool, limits_of(config));
+        let group = super::postgres_group::spawn(&self.pool, limits_of(config));
         Self { group: Some(group), ..self }
     }
 
@@ -226,7 +226,7 @@ pub(super) async fn finish_round_statement(pool: &PgPool, request: &FinishReques
 impl AttemptStore for PostgresStore {
     async fn insert_pending(&self, new: &NewAttempt) -> Result<InsertOutcome, StoreError> {
         let returned = match &self.group {
-            Some(group) => group.insert.submit(new.clone()).await??,
+            Some(group) => group.submit(ChargeWrite::Insert(new.clone())).await??,
             None => insert_pending_statement(&self.pool, new).await?,
         };
         if let Some(attempt) = returned {
@@ -389,7 +389,7 @@ impl AttemptStore for PostgresStore {
     ) -> Result<Option<Attempt>, StoreError> {
         let request = FinishRequest { id: id.as_uuid(), owner, result: result.clone(), time };
         match &self.group {
-            Some(group) => group.finish.submit(request).await?,
+            Some(group) => group.submit(ChargeWrite::Finish(request)).await?,
             None => finish_round_statement(&self.pool, &request).await,
         }
     }

@@ -1,6 +1,12 @@
 //! The batch statements of group commit on PostgreSQL (`group_commit.rs` decides who goes
-//! together): `insert_pending` and `finish_round` of many callers, each as one statement and one
-//! commit, each row answered exactly as its statement alone would answer it.
+//! together): the charge path's two writes of many callers — `insert_pending` before a provider
+//! call, `finish_round` after it — as one statement and one commit, each row answered exactly as
+//! its statement alone would answer it.
+//!
+//! One committer carries both kinds. With one committer per kind a charge paid two small
+//! batches, each its own commit; one statement holding the arriving callers' inserts and the
+//! returning callers' finishes halves the commits and round trips per charge (BENCHMARKS.md,
+//! "Group commit", fifth round).
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -19,20 +25,106 @@ const ORDINAL: &str = "batch_ordinal";
 /// One caller's answer: the row its statement returned, if any, or its own row's error.
 pub(super) type RowAnswer = Result<Option<Attempt>, StoreError>;
 
-/// The two committers of one store.
-#[derive(Clone)]
-pub(super) struct PostgresGroupCommit {
-    pub insert: GroupCommitter<InsertBatch>,
-    pub finish: GroupCommitter<FinishBatch>,
+/// The committer of one store's charge-path writes.
+pub(super) type PostgresGroupCommit = GroupCommitter<ChargeWrites>;
+
+pub(super) fn spawn(pool: &PgPool, limits: GroupCommitLimits) -> PostgresGroupCommit {
+    GroupCommitter::spawn(ChargeWrites { pool: pool.clone() }, limits)
 }
 
-impl PostgresGroupCommit {
-    pub fn spawn(pool: &PgPool, limits: GroupCommitLimits) -> Self {
-        Self {
-            insert: GroupCommitter::spawn(InsertBatch { pool: pool.clone() }, limits),
-            finish: GroupCommitter::spawn(FinishBatch { pool: pool.clone() }, limits),
+/// One caller's write on the charge path.
+#[derive(Debug)]
+pub(super) enum ChargeWrite {
+    /// `insert_pending`: the pending row, committed before any provider call.
+    Insert(NewAttempt),
+    /// `finish_round`: a round's result, guarded by the lease.
+    Finish(FinishRequest),
+}
+
+pub(super) struct ChargeWrites {
+    pool: PgPool,
+}
+
+#[async_trait]
+impl BatchStatement for ChargeWrites {
+    type Request = ChargeWrite;
+    type Answer = RowAnswer;
+
+    fn kind(request: &ChargeWrite) -> &'static str {
+        match request {
+            ChargeWrite::Insert(_) => "insert",
+            ChargeWrite::Finish(_) => "finish",
         }
     }
+
+    /// An UPDATE … FROM changes a row once however many batch rows join it: two results for
+    /// one attempt go in separate batches, the second judged against the first's write.
+    /// Attempts of one operation may share a batch: the second finds the row the first wrote
+    /// (see `first_attempts` and `attempts_row_by_row`). An insert and a finish of one
+    /// operation in one batch are two concurrent calls, and the insert's answer is the row as
+    /// one of them left it, as it would be with the two statements racing alone.
+    fn key(request: &ChargeWrite) -> Option<Uuid> {
+        match request {
+            ChargeWrite::Insert(_) => None,
+            ChargeWrite::Finish(finish) => Some(finish.id),
+        }
+    }
+
+    async fn run_batch(&self, requests: &[ChargeWrite]) -> Result<Vec<RowAnswer>, BatchError> {
+        let mut inserts = Vec::with_capacity(requests.len());
+        let mut finishes = Vec::with_capacity(requests.len());
+        for request in requests {
+            match request {
+                ChargeWrite::Insert(new) => inserts.push(new),
+                ChargeWrite::Finish(finish) => finishes.push(finish),
+            }
+        }
+        let (inserted, finished) = if finishes.is_empty() {
+            (insert_batch(&self.pool, &inserts).await?, Vec::new())
+        } else if inserts.is_empty() {
+            (Vec::new(), finish_batch(&self.pool, &finishes).await?)
+        } else if inserts.iter().all(|new| new.generation == 0) {
+            first_attempts_and_finishes(&self.pool, &inserts, &finishes).await?
+        } else {
+            // Later attempts are rare: their row-by-row insert and the finishes go as two
+            // statements of one transaction, so that the batch still commits as a whole.
+            let mut transaction = self.pool.begin().await.map_err(batch_error)?;
+            let finished = finish_batch(&mut *transaction, &finishes).await?;
+            let inserted = insert_batch(&mut *transaction, &inserts).await?;
+            transaction.commit().await.map_err(batch_error)?;
+            (inserted, finished)
+        };
+        in_request_order(requests, inserted, finished)
+    }
+
+    async fn run_one(&self, request: &ChargeWrite) -> Result<RowAnswer, StoreError> {
+        Ok(match request {
+            ChargeWrite::Insert(new) => insert_pending_statement(&self.pool, new).await,
+            ChargeWrite::Finish(finish) => finish_round_statement(&self.pool, finish).await,
+        })
+    }
+}
+
+/// Puts the inserts' and the finishes' answers (each in the order of its kind) back in the
+/// order of the batch's requests.
+fn in_request_order(
+    requests: &[ChargeWrite],
+    inserted: Vec<RowAnswer>,
+    finished: Vec<RowAnswer>,
+) -> Result<Vec<RowAnswer>, BatchError> {
+    let mut inserted = inserted.into_iter();
+    let mut finished = finished.into_iter();
+    let answers: Vec<RowAnswer> = requests
+        .iter()
+        .map_while(|request| match request {
+            ChargeWrite::Insert(_) => inserted.next(),
+            ChargeWrite::Finish(_) => finished.next(),
+        })
+        .collect();
+    if answers.len() != requests.len() || inserted.next().is_some() || finished.next().is_some() {
+        return Err(BatchError::Unavailable(format!("a batch of {} rows came back mismatched", requests.len())));
+    }
+    Ok(answers)
 }
 
 /// What a failed batch statement means for its callers. Nothing of it committed either way; a
@@ -53,7 +145,7 @@ fn batch_error(error: sqlx::Error) -> BatchError {
 
 /// Puts each returned row where its request is; a request whose statement returned nothing
 /// gets `None`, as the single statement's `fetch_optional` would.
-fn answers_by_ordinal(rows: &[PgRow], requests: usize) -> Result<Vec<RowAnswer>, BatchError> {
+fn answers_by_ordinal<'r>(rows: impl Iterator<Item = &'r PgRow>, requests: usize) -> Result<Vec<RowAnswer>, BatchError> {
     let mut answers: Vec<RowAnswer> = (0..requests).map(|_| Ok(None)).collect();
     for row in rows {
         let ordinal: i64 = row.try_get(ORDINAL).map_err(|error| BatchError::Unavailable(error.to_string()))?;
@@ -70,33 +162,16 @@ fn answers_by_ordinal(rows: &[PgRow], requests: usize) -> Result<Vec<RowAnswer>,
     Ok(answers)
 }
 
-pub(super) struct InsertBatch {
-    pool: PgPool,
-}
-
-#[async_trait]
-impl BatchStatement for InsertBatch {
-    type Request = NewAttempt;
-    type Answer = RowAnswer;
-    const NAME: &'static str = "insert";
-
-    /// Attempts of one operation may share a batch: the second finds the row the first wrote
-    /// (see `first_attempts` and `attempts_row_by_row`).
-    fn key(_: &NewAttempt) -> Option<Uuid> {
-        None
-    }
-
-    async fn run_batch(&self, requests: &[NewAttempt]) -> Result<Vec<RowAnswer>, BatchError> {
-        let arrays = InsertArrays::of(requests)?;
-        if requests.iter().all(|new| new.generation == 0) {
-            first_attempts(&self.pool, requests, arrays).await
-        } else {
-            attempts_row_by_row(&self.pool, requests, arrays).await
-        }
-    }
-
-    async fn run_one(&self, new: &NewAttempt) -> Result<RowAnswer, StoreError> {
-        Ok(insert_pending_statement(&self.pool, new).await)
+/// A batch of inserts alone: first attempts set-based, else row by row.
+async fn insert_batch<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    requests: &[&NewAttempt],
+) -> Result<Vec<RowAnswer>, BatchError> {
+    let arrays = InsertArrays::of(requests)?;
+    if requests.iter().all(|new| new.generation == 0) {
+        first_attempts(executor, requests, arrays).await
+    } else {
+        attempts_row_by_row(executor, requests, arrays).await
     }
 }
 
@@ -123,7 +198,7 @@ struct InsertArrays {
 }
 
 impl InsertArrays {
-    fn of(requests: &[NewAttempt]) -> Result<Self, BatchError> {
+    fn of(requests: &[&NewAttempt]) -> Result<Self, BatchError> {
         let mut metadata = Vec::with_capacity(requests.len());
         for new in requests {
             metadata.push(
@@ -131,7 +206,7 @@ impl InsertArrays {
                     .map_err(|error| BatchError::RowRejected(error.to_string()))?,
             );
         }
-        let each = |value: fn(&NewAttempt) -> String| requests.iter().map(value).collect::<Vec<_>>();
+        let each = |value: fn(&NewAttempt) -> String| requests.iter().map(|new| value(new)).collect::<Vec<_>>();
         Ok(Self {
             id: requests.iter().map(|new| new.id.as_uuid()).collect(),
             consumer: each(|new| new.consumer.as_str().to_owned()),
@@ -190,18 +265,31 @@ type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArgu
 /// rows it did not write (migration 20261205000001), each row answered as
 /// `insert_pending_attempt` would answer it alone. A row comes back once however many requests
 /// of its operation the batch holds; each request takes the row of its own operation.
-async fn first_attempts(pool: &PgPool, requests: &[NewAttempt], arrays: InsertArrays) -> Result<Vec<RowAnswer>, BatchError> {
+async fn first_attempts<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    requests: &[&NewAttempt],
+    arrays: InsertArrays,
+) -> Result<Vec<RowAnswer>, BatchError> {
     let rows = arrays
         .bind_in_order(sqlx::query(
             "SELECT * FROM insert_pending_first_attempts(
                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
         ))
-        .fetch_all(pool)
+        .fetch_all(executor)
         .await
         .map_err(batch_error)?;
+    answers_by_operation(rows.iter(), requests)
+}
+
+/// Each first attempt's answer: the row of its own operation among `rows` (the function returns
+/// an operation's row once however many requests of it the batch holds), or none.
+fn answers_by_operation<'r>(
+    rows: impl Iterator<Item = &'r PgRow>,
+    requests: &[&NewAttempt],
+) -> Result<Vec<RowAnswer>, BatchError> {
     // Keyed by the operation as the rows hold it (borrowed from them): at most batch_max rows.
-    let mut by_operation = std::collections::HashMap::with_capacity(rows.len());
-    for row in &rows {
+    let mut by_operation = std::collections::HashMap::with_capacity(requests.len());
+    for row in rows {
         let operation: (&str, &str) = (
             row.try_get("consumer").map_err(|error| BatchError::Unavailable(error.to_string()))?,
             row.try_get("operation_key").map_err(|error| BatchError::Unavailable(error.to_string()))?,
@@ -224,7 +312,11 @@ async fn first_attempts(pool: &PgPool, requests: &[NewAttempt], arrays: InsertAr
 /// Any attempts, later ones included: one call of the function the single statement calls,
 /// per row, in request order (the lateral call depends on each unnest row in turn; a volatile
 /// function takes a new snapshot per query, so a call sees what earlier calls wrote).
-async fn attempts_row_by_row(pool: &PgPool, requests: &[NewAttempt], arrays: InsertArrays) -> Result<Vec<RowAnswer>, BatchError> {
+async fn attempts_row_by_row<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    requests: &[&NewAttempt],
+    arrays: InsertArrays,
+) -> Result<Vec<RowAnswer>, BatchError> {
     let generation: Vec<i32> = requests.iter().map(|new| new.generation as i32).collect();
     let rows = arrays
         .bind_in_order(sqlx::query(
@@ -244,10 +336,10 @@ async fn attempts_row_by_row(pool: &PgPool, requests: &[NewAttempt], arrays: Ins
                  u.lease_us, u.grace_us, u.return_url) AS a",
         ))
         .bind(generation)
-        .fetch_all(pool)
+        .fetch_all(executor)
         .await
         .map_err(batch_error)?;
-    answers_by_ordinal(&rows, requests.len())
+    answers_by_ordinal(rows.iter(), requests.len())
 }
 
 /// One caller's `finish_round`.
@@ -259,60 +351,146 @@ pub(super) struct FinishRequest {
     pub time: CallerTime,
 }
 
-pub(super) struct FinishBatch {
-    pool: PgPool,
+/// The finishes of a batch alone: one call of finish_rounds (migration 20261206000001), the
+/// UPDATE … FROM unnest(…) of every result, planned once per connection; each row comes back
+/// with its ordinal.
+const FINISHES: &str = "SELECT f.batch_ordinal, (f.attempt).*
+     FROM finish_rounds($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                        $17, $18, $19) AS f";
+
+/// First attempts and finishes as one statement (one round trip, one commit): the two
+/// functions run as two parts of it, and their rows come back together, a finish's with its
+/// ordinal among the finishes, an insert's with none. Both parts are read whole by the
+/// UNION ALL, so both run whole.
+const FIRST_ATTEMPTS_AND_FINISHES: &str = "WITH inserted AS (
+         SELECT * FROM insert_pending_first_attempts(
+             $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)),
+     finished AS (
+         SELECT f.batch_ordinal, (f.attempt).*
+         FROM finish_rounds($19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31,
+                            $32, $33, $34, $35, $36, $37) AS f)
+     SELECT NULL::bigint AS batch_ordinal, inserted.* FROM inserted
+     UNION ALL
+     SELECT * FROM finished";
+
+/// A batch of finishes alone.
+async fn finish_batch<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    requests: &[&FinishRequest],
+) -> Result<Vec<RowAnswer>, BatchError> {
+    let rows = FinishArrays::of(requests)
+        .bind_in_order(sqlx::query(FINISHES))
+        .fetch_all(executor)
+        .await
+        .map_err(batch_error)?;
+    answers_by_ordinal(rows.iter(), requests.len())
 }
 
-#[async_trait]
-impl BatchStatement for FinishBatch {
-    type Request = FinishRequest;
-    type Answer = RowAnswer;
-    const NAME: &'static str = "finish";
-
-    /// An UPDATE … FROM changes a row once however many batch rows join it: two results for
-    /// one attempt go in separate batches, the second judged against the first's write.
-    fn key(request: &FinishRequest) -> Option<Uuid> {
-        Some(request.id)
+/// First attempts and finishes of one batch in one statement; the inserts' answers and the
+/// finishes' answers, each in its own order.
+async fn first_attempts_and_finishes(
+    pool: &PgPool,
+    inserts: &[&NewAttempt],
+    finishes: &[&FinishRequest],
+) -> Result<(Vec<RowAnswer>, Vec<RowAnswer>), BatchError> {
+    let query = InsertArrays::of(inserts)?.bind_in_order(sqlx::query(FIRST_ATTEMPTS_AND_FINISHES));
+    let rows = FinishArrays::of(finishes)
+        .bind_in_order(query)
+        .fetch_all(pool)
+        .await
+        .map_err(batch_error)?;
+    let mut inserted_rows = Vec::with_capacity(inserts.len());
+    let mut finished_rows = Vec::with_capacity(finishes.len());
+    for row in &rows {
+        let ordinal: Option<i64> = row.try_get(ORDINAL).map_err(|error| BatchError::Unavailable(error.to_string()))?;
+        if ordinal.is_some() {
+            finished_rows.push(row);
+        } else {
+            inserted_rows.push(row);
+        }
     }
+    Ok((
+        answers_by_operation(inserted_rows.into_iter(), inserts)?,
+        answers_by_ordinal(finished_rows.into_iter(), finishes.len())?,
+    ))
+}
 
-    async fn run_batch(&self, requests: &[FinishRequest]) -> Result<Vec<RowAnswer>, BatchError> {
+/// The arguments of `finish_rounds` for a batch of `FinishRequest`s, one array each, in
+/// request order.
+struct FinishArrays {
+    id: Vec<Uuid>,
+    owner: Vec<Uuid>,
+    status: Vec<&'static str>,
+    sources: Vec<String>,
+    payment_id: Vec<Option<String>>,
+    provider_status: Vec<Option<String>>,
+    failure_code: Vec<Option<String>>,
+    failure_message: Vec<Option<String>>,
+    action_type: Vec<Option<String>>,
+    action_url: Vec<Option<String>>,
+    review_reason: Vec<Option<String>>,
+    calls: Vec<i32>,
+    next_check_us: Vec<i64>,
+    last_error: Vec<Option<String>>,
+    shift_us: Vec<i64>,
+    replays_failure: Vec<bool>,
+    has_lookup: Vec<bool>,
+    lookup_cursor: Vec<Option<String>>,
+}
+
+impl FinishArrays {
+    fn of(requests: &[&FinishRequest]) -> Self {
         let texts = |value: fn(&RoundResult) -> Option<String>| {
             requests.iter().map(|request| value(&request.result)).collect::<Vec<_>>()
         };
-        // One call of finish_rounds (migration 20261206000001): the UPDATE … FROM unnest(…) of
-        // every result, planned once per connection; each row comes back with its ordinal.
-        let rows = sqlx::query(
-            "SELECT f.batch_ordinal, (f.attempt).*
-             FROM finish_rounds($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
-                                $16, $17, $18, $19) AS f",
-        )
-        .bind(requests.iter().map(|request| request.id).collect::<Vec<_>>())
-        .bind(requests.iter().map(|request| request.owner.as_uuid()).collect::<Vec<_>>())
-        .bind(texts(|result| Some(result.status.as_str().to_owned())))
-        .bind(texts(|result| Some(status_names(&result.status.allowed_sources()).join(","))))
-        .bind(texts(|result| result.provider_payment_id.clone()))
-        .bind(texts(|result| result.provider_status.clone()))
-        .bind(texts(|result| result.failure.as_ref().map(|failure| failure.code.clone())))
-        .bind(texts(|result| result.failure.as_ref().map(|failure| failure.message.clone())))
-        .bind(texts(|result| result.next_action.as_ref().map(|action| action.kind.clone())))
-        .bind(texts(|result| result.next_action.as_ref().and_then(|action| action.redirect_url.clone())))
-        .bind(texts(|result| result.review_reason.clone()))
-        .bind(requests.iter().map(|request| request.result.calls_made as i32).collect::<Vec<_>>())
-        .bind(requests.iter().map(|request| micros_of(request.result.next_check_in)).collect::<Vec<_>>())
-        .bind(texts(|result| result.last_error.clone()))
-        .bind(requests.iter().map(|request| request.time.shift_micros()).collect::<Vec<_>>())
-        .bind(requests.iter().map(|request| request.result.create_replays_failure).collect::<Vec<_>>())
-        .bind(&super::postgres::UNFINISHED[..])
-        .bind(requests.iter().map(|request| request.result.lookup_progress.is_some()).collect::<Vec<_>>())
-        .bind(texts(|result| result.lookup_progress.as_ref().and_then(encode_progress)))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(batch_error)?;
-        answers_by_ordinal(&rows, requests.len())
+        Self {
+            id: requests.iter().map(|request| request.id).collect(),
+            owner: requests.iter().map(|request| request.owner.as_uuid()).collect(),
+            status: requests.iter().map(|request| request.result.status.as_str()).collect(),
+            sources: requests
+                .iter()
+                .map(|request| status_names(&request.result.status.allowed_sources()).join(","))
+                .collect(),
+            payment_id: texts(|result| result.provider_payment_id.clone()),
+            provider_status: texts(|result| result.provider_status.clone()),
+            failure_code: texts(|result| result.failure.as_ref().map(|failure| failure.code.clone())),
+            failure_message: texts(|result| result.failure.as_ref().map(|failure| failure.message.clone())),
+            action_type: texts(|result| result.next_action.as_ref().map(|action| action.kind.clone())),
+            action_url: texts(|result| result.next_action.as_ref().and_then(|action| action.redirect_url.clone())),
+            review_reason: texts(|result| result.review_reason.clone()),
+            calls: requests.iter().map(|request| request.result.calls_made as i32).collect(),
+            next_check_us: requests.iter().map(|request| micros_of(request.result.next_check_in)).collect(),
+            last_error: texts(|result| result.last_error.clone()),
+            shift_us: requests.iter().map(|request| request.time.shift_micros()).collect(),
+            replays_failure: requests.iter().map(|request| request.result.create_replays_failure).collect(),
+            has_lookup: requests.iter().map(|request| request.result.lookup_progress.is_some()).collect(),
+            lookup_cursor: texts(|result| result.lookup_progress.as_ref().and_then(encode_progress)),
+        }
     }
 
-    async fn run_one(&self, request: &FinishRequest) -> Result<RowAnswer, StoreError> {
-        Ok(finish_round_statement(&self.pool, request).await)
+    /// Binds `finish_rounds`' 19 arguments after whatever `query` bound already (the 17th, the
+    /// statuses a result may still change, is the same for every row).
+    fn bind_in_order<'q>(self, query: PgQuery<'q>) -> PgQuery<'q> {
+        query
+            .bind(self.id)
+            .bind(self.owner)
+            .bind(self.status)
+            .bind(self.sources)
+            .bind(self.payment_id)
+            .bind(self.provider_status)
+            .bind(self.failure_code)
+            .bind(self.failure_message)
+            .bind(self.action_type)
+            .bind(self.action_url)
+            .bind(self.review_reason)
+            .bind(self.calls)
+            .bind(self.next_check_us)
+            .bind(self.last_error)
+            .bind(self.shift_us)
+            .bind(self.replays_failure)
+            .bind(&super::postgres::UNFINISHED[..])
+            .bind(self.has_lookup)
+            .bind(self.lookup_cursor)
     }
 }
 

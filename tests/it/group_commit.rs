@@ -9,12 +9,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chargeguard::grpc::proto::{AttemptStatus as ProtoStatus, ChargeOutcome, ChargeResponse};
+use chargeguard::grpc::proto::{AttemptStatus as ProtoStatus, ChargeOutcome, ChargeRequest, ChargeResponse};
+use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
 use sqlx::{PgPool, Postgres, Transaction};
 use tokio::task::JoinHandle;
 use tonic::Status;
 
-use crate::support::{TestApp, charge_request, error_code, outcome_of, status_of};
+use crate::support::{TestApp, attempt_request, charge_request, error_code, outcome_of, status_of};
 
 /// Bound on polling for a batch to wait on the lock.
 const POLLS_MAX: u32 = 1_000;
@@ -54,11 +55,15 @@ pub async fn wait_for_a_blocked_batch(pool: &PgPool) -> Vec<i32> {
 }
 
 fn charge_all(app: &TestApp, operations: &[String]) -> Vec<JoinHandle<Result<ChargeResponse, Status>>> {
-    operations
-        .iter()
-        .map(|operation| {
+    send_all(app, operations.iter().map(|operation| charge_request(operation)).collect())
+}
+
+/// Sends each request on a connection of its own, all at once.
+fn send_all(app: &TestApp, requests: Vec<ChargeRequest>) -> Vec<JoinHandle<Result<ChargeResponse, Status>>> {
+    requests
+        .into_iter()
+        .map(|request| {
             let grpc = app.grpc_addr;
-            let request = charge_request(operation);
             tokio::spawn(async move {
                 let mut client = chargeguard::grpc::proto::payments_client::PaymentsClient::connect(format!(
                     "http://{grpc}"
@@ -277,4 +282,124 @@ async fn a_batch_insert_answers_a_first_attempt_another_writer_committed_during_
     .await
     .unwrap();
     assert_eq!(rows, vec![("calm".to_owned(), 1), ("race".to_owned(), 1)]);
+}
+
+/// How long the simulator holds the creates of charges whose results must come back while the
+/// table is locked (under the tests' provider call timeout, 1 s).
+const PROVIDER_WAIT_MS: u64 = 700;
+const PROVIDER_WAIT: Duration = Duration::from_millis(PROVIDER_WAIT_MS);
+
+/// Waits (bounded) until `payment_attempts` holds `rows` rows.
+async fn wait_for_rows(app: &TestApp, rows: i64) {
+    for _ in 0..POLLS_MAX {
+        if app.attempt_rows().await >= rows {
+            return;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    panic!("payment_attempts never held {rows} rows");
+}
+
+/// Starts `returning` (their creates held at the simulator for PROVIDER_WAIT) and, once their
+/// pending rows committed, locks the table against writes, so that their results queue behind
+/// the blocked batch of whatever is sent next. Returns the lock and the calls.
+async fn results_held_behind_a_lock(
+    app: &TestApp,
+    pool: &PgPool,
+    returning: &[String],
+) -> (Transaction<'static, Postgres>, Vec<JoinHandle<Result<ChargeResponse, Status>>>) {
+    let held = u32::try_from(returning.len()).unwrap();
+    app.sim()
+        .set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(PROVIDER_WAIT_MS), held))
+        .await
+        .unwrap();
+    let calls = charge_all(app, returning);
+    wait_for_rows(app, i64::from(held)).await;
+    (lock_writes(pool).await, calls)
+}
+
+/// Rows of `finished` whose result was written by the transaction that inserted a row of
+/// `inserted`: a transaction's rows share its `now()` (no clock shift in these tests).
+async fn results_written_with_inserts(pool: &PgPool, finished: &str, inserted: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT f.id) FROM payment_attempts f JOIN payment_attempts i ON f.updated_at = i.created_at
+         WHERE f.operation_key LIKE $1 AND i.operation_key LIKE $2",
+    )
+    .bind(format!("{finished}%"))
+    .bind(format!("{inserted}%"))
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+fn assert_applied_and_succeeded(operations: &[String], answers: &[Result<ChargeResponse, Status>]) {
+    for (operation, answer) in operations.iter().zip(answers) {
+        let response = answer.as_ref().unwrap_or_else(|error| panic!("{operation}: {error:?}"));
+        assert_eq!(outcome_of(response), ChargeOutcome::Applied, "{operation}");
+        assert_eq!(status_of(response), ProtoStatus::Succeeded, "{operation}");
+    }
+}
+
+/// One committer carries both writes of the charge path: the pending rows of charges that
+/// arrive and the results of charges that come back from the provider go to PostgreSQL as one
+/// statement (the insert function and the UPDATE in one WITH), and each caller still hears its
+/// own answer. Shown by the rows: the results of the first charges carry the transaction time
+/// of the second charges' pending rows.
+#[tokio::test]
+async fn pending_rows_and_results_of_other_charges_share_one_statement_and_each_caller_hears_its_own_answer() {
+    let app = TestApp::spawn_with(|config| config.database.group_commit.enabled = true).await;
+    let pool = PgPool::connect(&app.database.url).await.unwrap();
+    let returning: Vec<String> = (0..8).map(|index| format!("gc-returning-{index}")).collect();
+    let arriving: Vec<String> = (0..8).map(|index| format!("gc-arriving-{index}")).collect();
+
+    let (lock, returning_calls) = results_held_behind_a_lock(&app, &pool, &returning).await;
+    let arriving_calls = charge_all(&app, &arriving);
+    wait_for_a_blocked_batch(&pool).await;
+    // The first charges' results come back from the provider and queue with the new charges.
+    tokio::time::sleep(PROVIDER_WAIT + QUEUE_SETTLE).await;
+    lock.commit().await.unwrap();
+
+    assert_applied_and_succeeded(&returning, &answers(returning_calls).await);
+    assert_applied_and_succeeded(&arriving, &answers(arriving_calls).await);
+    let intents = intents_per_operation(&app).await;
+    assert_eq!(intents.len(), 16);
+    assert!(intents.values().all(|count| *count == 1), "one charge per operation: {intents:?}");
+    assert_eq!(app.attempt_rows().await, 16);
+    let shared = results_written_with_inserts(&pool, "gc-returning-", "gc-arriving-").await;
+    assert!(shared >= 1, "no result was written by the statement of a new charge's pending row");
+}
+
+/// A later attempt (charging again after a decline) in a batch with other charges' results:
+/// its insert runs row by row, and both statements commit in one transaction. The new attempt
+/// is charged once, the results are written, and the shared transaction shows in the rows.
+#[tokio::test]
+async fn a_later_attempt_batched_with_results_commits_with_them_in_one_transaction() {
+    let app = TestApp::spawn_with(|config| config.database.group_commit.enabled = true).await;
+    let pool = PgPool::connect(&app.database.url).await.unwrap();
+    let declined = app.charge(attempt_request("gc-again", 1, "pm_card_chargeDeclined")).await.unwrap();
+    assert_eq!(status_of(&declined), ProtoStatus::Failed);
+    let returning: Vec<String> = (0..4).map(|index| format!("gc-returning-{index}")).collect();
+
+    let (lock, returning_calls) = results_held_behind_a_lock(&app, &pool, &returning).await;
+    // The first write after the lock goes alone and blocks; attempt 2 queues behind it.
+    let blocker = charge_all(&app, &["gc-blocker".to_owned()]);
+    wait_for_a_blocked_batch(&pool).await;
+    let again = send_all(&app, vec![attempt_request("gc-again", 2, "pm_card_visa")]);
+    tokio::time::sleep(PROVIDER_WAIT + QUEUE_SETTLE).await;
+    lock.commit().await.unwrap();
+
+    assert_applied_and_succeeded(&returning, &answers(returning_calls).await);
+    assert_applied_and_succeeded(&["gc-blocker".to_owned()], &answers(blocker).await);
+    assert_applied_and_succeeded(&["gc-again".to_owned()], &answers(again).await);
+    let generations: Vec<i32> =
+        sqlx::query_scalar("SELECT generation FROM payment_attempts WHERE operation_key = 'gc-again' ORDER BY generation")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(generations.len(), 2, "attempts 1 and 2 of gc-again: {generations:?}");
+    let ledger = app.sim().ledger().await.unwrap();
+    let succeeded = ledger.succeeded_payment_intents().count();
+    assert_eq!(succeeded, 6, "4 returning, the blocker and attempt 2, each once");
+    let shared = results_written_with_inserts(&pool, "gc-returning-", "gc-again").await;
+    assert!(shared >= 1, "no result was written in the transaction of attempt 2's pending row");
 }
