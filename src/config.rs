@@ -115,6 +115,9 @@ pub struct GroupCommitConfig {
     /// How long a batch may be held open for more rows once the service is busy (the previous
     /// batch had company); 0 never holds one. An idle service's first caller never waits.
     pub wait_max_us: u64,
+    /// Batches whose statements run at once, each on its own connection; 1 starts a batch
+    /// only when the one before it answered.
+    pub in_flight_max: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -436,7 +439,7 @@ impl Default for DatabaseConfig {
 
 impl Default for GroupCommitConfig {
     fn default() -> Self {
-        Self { enabled: true, batch_max: 64, wait_max_us: 0 }
+        Self { enabled: true, batch_max: 64, wait_max_us: 0, in_flight_max: 2 }
     }
 }
 
@@ -543,6 +546,11 @@ impl Config {
         check((100..=600_000).contains(&self.database.acquire_timeout_ms), "database.acquire_timeout_ms must be 100-600000");
         check((1..=1_000).contains(&self.database.group_commit.batch_max), "database.group_commit.batch_max must be 1-1000");
         check(self.database.group_commit.wait_max_us <= 100_000, "database.group_commit.wait_max_us must be 0-100000");
+        check(
+            (1..=8).contains(&self.database.group_commit.in_flight_max)
+                && self.database.group_commit.in_flight_max as u64 <= u64::from(self.database.connections_max),
+            "database.group_commit.in_flight_max must be 1-8 and at most database.connections_max",
+        );
         check((100..=300_000).contains(&provider.call_timeout_ms), "provider.call_timeout_ms must be 100-300000");
         check(provider.idle_connections_max <= 1_024, "provider.idle_connections_max must be 0-1024");
         check((1..=1_000).contains(&provider.lookup_pages_max), "provider.lookup_pages_max must be 1-1000");
@@ -1018,5 +1026,23 @@ mod tests {
         }
         config.sweep = SweepConfig { schedule: "*/10 * * * * *".into(), ..SweepConfig::default() };
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn group_commit_batches_in_flight_are_bounded_by_the_pool() {
+        let mut config = Config::default();
+        for in_flight_max in [0, 9] {
+            config.database.group_commit.in_flight_max = in_flight_max;
+            let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+            assert!(problems.iter().any(|p| p.contains("database.group_commit.in_flight_max")), "{problems:?}");
+        }
+        config.database.group_commit.in_flight_max = 8;
+        config.validate().unwrap();
+        config.database.connections_max = 7;
+        let ConfigError::Invalid(problems) = config.validate().unwrap_err() else { panic!() };
+        assert!(
+            problems.iter().any(|p| p.contains("database.group_commit.in_flight_max")),
+            "more batches in flight than connections: {problems:?}"
+        );
     }
 }

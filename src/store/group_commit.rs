@@ -12,15 +12,23 @@
 //!   nobody calls the provider for a row that is not durable. A statement that failed as a
 //!   whole (timeout, lost connection) answers every caller `Unavailable`, which callers retry;
 //!   one that a row's data failed is run again row by row, so one bad row fails only itself.
-//! - Two rows with the same key (one attempt's `finish_round`) never share a batch: the later
-//!   one waits for the next, so it sees the first exactly as if it had run alone.
+//! - Up to `in_flight_max` batches run at once, each on its own connection: a caller that
+//!   arrives while a batch is in flight need not wait for that batch's commit before its own
+//!   statement starts (PostgreSQL flushes concurrent commits together anyway). With one, a
+//!   batch starts only when the one before it answered.
+//! - Two rows with the same key (one attempt's `finish_round`, one operation's inserts) are
+//!   never in flight in two batches at once: the later one waits until the earlier one's batch
+//!   answered, so it sees the first exactly as if it had run alone, and two batches of one
+//!   committer never wait on each other's row locks. Rows of one key share a batch only where
+//!   the statement itself orders them (`BatchStatement::key_shares_batch`).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
-use uuid::Uuid;
+use tokio::task::JoinSet;
 
 use super::StoreError;
 
@@ -36,6 +44,8 @@ pub struct GroupCommitLimits {
     pub batch_max: usize,
     /// How long a busy committer may hold a batch that is not full for more rows.
     pub wait_max: Duration,
+    /// Batches whose statements run at once (at least 1).
+    pub in_flight_max: usize,
 }
 
 /// Why a batch statement did not answer row by row.
@@ -62,8 +72,14 @@ pub trait BatchStatement: Send + Sync + 'static {
     /// `MIXED`.
     fn kind(request: &Self::Request) -> &'static str;
 
-    /// What makes two requests unable to share a batch (same key), if anything.
-    fn key(request: &Self::Request) -> Option<Uuid>;
+    /// The row a request writes, as a hash of its identity, if it names one: two requests of
+    /// one key are never in flight in different batches at once. Two identities that share a
+    /// hash only make the later request wait one batch longer.
+    fn key(request: &Self::Request) -> Option<u64>;
+
+    /// Whether requests of one key may still share a batch, because the statement itself
+    /// orders them; otherwise the later one waits for the next batch.
+    fn key_shares_batch(request: &Self::Request) -> bool;
 
     /// Runs `requests` as one statement (one commit); one answer per request, in order.
     async fn run_batch(&self, requests: &[Self::Request]) -> Result<Vec<Self::Answer>, BatchError>;
@@ -95,6 +111,7 @@ impl<S: BatchStatement> GroupCommitter<S> {
     /// `GroupCommitter` of it is dropped.
     pub fn spawn(statement: S, limits: GroupCommitLimits) -> Self {
         assert!(limits.batch_max >= 1, "a batch holds at least one row");
+        assert!(limits.in_flight_max >= 1, "at least one batch runs");
         let (queue, receiver) = mpsc::channel(limits.batch_max * QUEUE_BATCHES);
         tokio::spawn(run_committer(statement, limits, receiver));
         Self { queue }
@@ -114,18 +131,24 @@ impl<S: BatchStatement> GroupCommitter<S> {
 }
 
 /// Moves entries from the front of `queue` into `batch` until it holds `batch_max`, skipping
-/// (and leaving queued, in order) any whose key is already in the batch. Pure: no IO, no clock.
+/// (and leaving queued, in order) any whose key is in flight in another batch, or already in
+/// this one where its kind may not share. Pure: no IO, no clock.
 pub(crate) fn top_up<T>(
     batch: &mut Vec<T>,
     queue: &mut VecDeque<T>,
     batch_max: usize,
-    key: impl Fn(&T) -> Option<Uuid>,
+    in_flight: &HashSet<u64>,
+    key: impl Fn(&T) -> Option<u64>,
+    shares_batch: impl Fn(&T) -> bool,
 ) {
     let mut skipped = VecDeque::new();
     while batch.len() < batch_max {
         let Some(entry) = queue.pop_front() else { break };
-        let taken = key(&entry).is_some_and(|key_of_entry| batch.iter().any(|held| key(held) == Some(key_of_entry)));
-        if taken {
+        let waits = key(&entry).is_some_and(|key_of_entry| {
+            in_flight.contains(&key_of_entry)
+                || (!shares_batch(&entry) && batch.iter().any(|held| key(held) == Some(key_of_entry)))
+        });
+        if waits {
             skipped.push_back(entry);
         } else {
             batch.push(entry);
@@ -152,28 +175,58 @@ async fn run_committer<S: BatchStatement>(
     limits: GroupCommitLimits,
     mut receiver: mpsc::Receiver<Entry<S>>,
 ) {
+    let statement = Arc::new(statement);
     let key = |entry: &Entry<S>| S::key(&entry.request);
-    // Entries taken off the channel but not yet in a batch (a key already batched, or more
-    // than one batch's worth): at most two batches' worth, so memory stays bounded.
-    let mut queue: VecDeque<Entry<S>> = VecDeque::with_capacity(limits.batch_max * 2);
+    let shares_batch = |entry: &Entry<S>| S::key_shares_batch(&entry.request);
+    // Entries taken off the channel but not yet in a batch (a key in flight, or more than one
+    // batch's worth): at most two batches' worth, so memory stays bounded.
+    let queue_max = limits.batch_max * 2;
+    let mut queue: VecDeque<Entry<S>> = VecDeque::with_capacity(queue_max);
+    let mut in_flight = JoinSet::new();
+    // The keys of each batch in flight, by its task, and all of them together.
+    let mut keys_of_batch: HashMap<tokio::task::Id, Vec<u64>> = HashMap::new();
+    let mut keys_in_flight: HashSet<u64> = HashSet::new();
     let mut previous_batch_rows = 0;
+    let mut open = true;
     loop {
-        if queue.is_empty() {
-            // Idle: the first caller to come goes at once.
-            match receiver.recv().await {
-                Some(entry) => queue.push_back(entry),
-                None => return,
+        while in_flight.len() < limits.in_flight_max {
+            let room = queue_max.saturating_sub(queue.len());
+            drain_ready(&mut receiver, &mut queue, room);
+            let mut batch = Vec::with_capacity(limits.batch_max);
+            top_up(&mut batch, &mut queue, limits.batch_max, &keys_in_flight, key, shares_batch);
+            if batch.is_empty() {
+                break;
             }
+            if previous_batch_rows > 1 && !limits.wait_max.is_zero() {
+                hold_for_more(&mut receiver, &mut queue, &mut batch, limits, &keys_in_flight, key, shares_batch).await;
+            }
+            previous_batch_rows = batch.len();
+            let keys: Vec<u64> = batch.iter().filter_map(key).collect();
+            keys_in_flight.extend(keys.iter().copied());
+            let task = in_flight.spawn(commit(statement.clone(), batch));
+            keys_of_batch.insert(task.id(), keys);
         }
-        let room = (limits.batch_max * 2).saturating_sub(queue.len());
-        drain_ready(&mut receiver, &mut queue, room);
-        let mut batch = Vec::with_capacity(limits.batch_max);
-        top_up(&mut batch, &mut queue, limits.batch_max, key);
-        if previous_batch_rows > 1 && !limits.wait_max.is_zero() {
-            hold_for_more(&mut receiver, &mut queue, &mut batch, limits, key).await;
+        if !open && queue.is_empty() && in_flight.is_empty() {
+            return;
         }
-        previous_batch_rows = batch.len();
-        commit(&statement, batch).await;
+        tokio::select! {
+            Some(done) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
+                // A batch task that panicked dropped its callers' answers: they hear
+                // "unavailable". Its keys are free either way.
+                let task = match done {
+                    Ok((task, ())) => task,
+                    Err(error) => error.id(),
+                };
+                for done_key in keys_of_batch.remove(&task).unwrap_or_default() {
+                    keys_in_flight.remove(&done_key);
+                }
+            }
+            entry = receiver.recv(), if open && queue.len() < queue_max => match entry {
+                Some(entry) => queue.push_back(entry),
+                None => open = false,
+            },
+            else => return,
+        }
     }
 }
 
@@ -183,14 +236,16 @@ async fn hold_for_more<S: BatchStatement>(
     queue: &mut VecDeque<Entry<S>>,
     batch: &mut Vec<Entry<S>>,
     limits: GroupCommitLimits,
-    key: impl Fn(&Entry<S>) -> Option<Uuid> + Copy,
+    keys_in_flight: &HashSet<u64>,
+    key: impl Fn(&Entry<S>) -> Option<u64> + Copy,
+    shares_batch: impl Fn(&Entry<S>) -> bool + Copy,
 ) {
     let deadline = tokio::time::Instant::now() + limits.wait_max;
     while batch.len() < limits.batch_max {
         match tokio::time::timeout_at(deadline, receiver.recv()).await {
             Ok(Some(entry)) => {
                 queue.push_back(entry);
-                top_up(batch, queue, limits.batch_max, key);
+                top_up(batch, queue, limits.batch_max, keys_in_flight, key, shares_batch);
             }
             Ok(None) | Err(_) => return,
         }
@@ -199,7 +254,7 @@ async fn hold_for_more<S: BatchStatement>(
 
 /// Runs one batch and answers each of its callers; answers leave only after the statement
 /// returned, so after its commit.
-async fn commit<S: BatchStatement>(statement: &S, batch: Vec<Entry<S>>) {
+async fn commit<S: BatchStatement>(statement: Arc<S>, batch: Vec<Entry<S>>) {
     let rows = batch.len();
     let label = batch_label::<S>(batch.iter().map(|entry| &entry.request));
     metrics::histogram!("chargeguard_group_commit_batch_rows", "statement" => label).record(rows as f64);
@@ -278,19 +333,28 @@ mod tests {
 
     use super::*;
 
-    fn keyed(entries: &[(u32, Option<u128>)]) -> VecDeque<(u32, Option<u128>)> {
+    fn keyed(entries: &[(u32, Option<u64>)]) -> VecDeque<(u32, Option<u64>)> {
         entries.iter().copied().collect()
     }
 
-    fn key_of(entry: &(u32, Option<u128>)) -> Option<Uuid> {
-        entry.1.map(Uuid::from_u128)
+    fn key_of(entry: &(u32, Option<u64>)) -> Option<u64> {
+        entry.1
+    }
+
+    fn never_shares(_: &(u32, Option<u64>)) -> bool {
+        false
+    }
+
+    /// Entries numbered 100 and up share a batch with their key.
+    fn shares_from_100(entry: &(u32, Option<u64>)) -> bool {
+        entry.0 >= 100
     }
 
     #[test]
     fn a_batch_takes_the_queue_in_order_up_to_its_bound() {
         let mut queue = keyed(&[(1, None), (2, None), (3, None)]);
         let mut batch = Vec::new();
-        top_up(&mut batch, &mut queue, 2, key_of);
+        top_up(&mut batch, &mut queue, 2, &HashSet::new(), key_of, never_shares);
         assert_eq!(batch, vec![(1, None), (2, None)]);
         assert_eq!(queue, keyed(&[(3, None)]));
     }
@@ -299,16 +363,32 @@ mod tests {
     fn a_second_row_of_the_same_key_waits_for_the_next_batch_in_its_place() {
         let mut queue = keyed(&[(1, Some(7)), (2, Some(7)), (3, Some(8)), (4, Some(7))]);
         let mut batch = Vec::new();
-        top_up(&mut batch, &mut queue, 10, key_of);
+        top_up(&mut batch, &mut queue, 10, &HashSet::new(), key_of, never_shares);
         assert_eq!(batch, vec![(1, Some(7)), (3, Some(8))]);
         assert_eq!(queue, keyed(&[(2, Some(7)), (4, Some(7))]));
         let mut next = Vec::new();
-        top_up(&mut next, &mut queue, 10, key_of);
+        top_up(&mut next, &mut queue, 10, &HashSet::new(), key_of, never_shares);
         assert_eq!(next, vec![(2, Some(7))]);
     }
 
-    /// Records each batch it runs; a request of 0 fails its batch by its data, 1000 the
-    /// whole batch.
+    #[test]
+    fn rows_whose_kind_shares_a_batch_go_together_but_never_beside_their_key_in_flight() {
+        let mut queue = keyed(&[(100, Some(7)), (101, Some(7)), (1, Some(7)), (102, Some(9)), (2, None)]);
+        let mut batch = Vec::new();
+        top_up(&mut batch, &mut queue, 10, &HashSet::new(), key_of, shares_from_100);
+        assert_eq!(batch, vec![(100, Some(7)), (101, Some(7)), (102, Some(9)), (2, None)]);
+        assert_eq!(queue, keyed(&[(1, Some(7))]), "a row that may not share waits for the next batch");
+
+        let mut queue = keyed(&[(100, Some(7)), (1, Some(8)), (2, None), (101, Some(9))]);
+        let mut next = Vec::new();
+        top_up(&mut next, &mut queue, 10, &HashSet::from([7, 8]), key_of, shares_from_100);
+        assert_eq!(next, vec![(2, None), (101, Some(9))], "keys in flight in another batch wait, whatever their kind");
+        assert_eq!(queue, keyed(&[(100, Some(7)), (1, Some(8))]));
+    }
+
+    /// Records each batch as it starts, then runs it when the test releases it; a request of
+    /// 0 fails its batch by its data, 1000 the whole batch. Requests of 100 and up are keyed by
+    /// their hundreds.
     #[derive(Clone)]
     struct Recorder {
         batches: Arc<Mutex<Vec<Vec<u32>>>>,
@@ -331,13 +411,17 @@ mod tests {
             if request.is_multiple_of(2) { "even" } else { "odd" }
         }
 
-        fn key(_: &u32) -> Option<Uuid> {
-            None
+        fn key(request: &u32) -> Option<u64> {
+            (*request >= 100).then_some(u64::from(*request / 100))
+        }
+
+        fn key_shares_batch(_: &u32) -> bool {
+            false
         }
 
         async fn run_batch(&self, requests: &[u32]) -> Result<Vec<u32>, BatchError> {
-            self.release.acquire().await.unwrap().forget();
             self.batches.lock().unwrap().push(requests.to_vec());
+            self.release.acquire().await.unwrap().forget();
             if requests.contains(&1000) {
                 return Err(BatchError::Unavailable("timeout".into()));
             }
@@ -348,8 +432,8 @@ mod tests {
         }
 
         async fn run_one(&self, request: &u32) -> Result<u32, StoreError> {
-            self.release.acquire().await.unwrap().forget();
             self.batches.lock().unwrap().push(vec![*request]);
+            self.release.acquire().await.unwrap().forget();
             if *request == 1000 {
                 return Err(StoreError::Unavailable("timeout".into()));
             }
@@ -368,7 +452,55 @@ mod tests {
     }
 
     fn limits(batch_max: usize) -> GroupCommitLimits {
-        GroupCommitLimits { batch_max, wait_max: Duration::ZERO }
+        GroupCommitLimits { batch_max, wait_max: Duration::ZERO, in_flight_max: 1 }
+    }
+
+    /// Submits each request from its own task, in order, letting each reach the queue.
+    async fn submit_each(committer: &GroupCommitter<Recorder>, requests: &[u32]) -> Vec<tokio::task::JoinHandle<Result<u32, StoreError>>> {
+        let mut calls = Vec::new();
+        for &request in requests {
+            let committer = committer.clone();
+            calls.push(tokio::spawn(async move { committer.submit(request).await }));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        calls
+    }
+
+    #[tokio::test]
+    async fn a_second_batch_starts_while_the_first_is_in_flight_but_never_with_a_key_of_it() {
+        let recorder = Recorder::default();
+        let committer = GroupCommitter::spawn(recorder.clone(), GroupCommitLimits { in_flight_max: 2, ..limits(8) });
+        // 101 goes alone and is held; 102 (its key) and 3 arrive while it is in flight.
+        let calls = submit_each(&committer, &[101, 102, 3]).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            recorder.batches.lock().unwrap().clone(),
+            vec![vec![101], vec![3]],
+            "the second batch started before the first answered, without the first's key"
+        );
+        recorder.release.add_permits(1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        recorder.release.add_permits(10);
+        let mut answers = Vec::new();
+        for call in calls {
+            answers.push(call.await.unwrap().unwrap());
+        }
+        assert_eq!(answers, vec![1010, 1020, 30]);
+        assert_eq!(recorder.batches.lock().unwrap()[2], vec![102], "the key's next row went once its batch answered");
+    }
+
+    #[tokio::test]
+    async fn with_one_batch_in_flight_the_next_starts_only_when_it_answered() {
+        let recorder = Recorder::default();
+        let committer = GroupCommitter::spawn(recorder.clone(), limits(8));
+        let calls = submit_each(&committer, &[1, 2, 3]).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(recorder.batches.lock().unwrap().clone(), vec![vec![1]]);
+        recorder.release.add_permits(10);
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+        assert_eq!(recorder.batches.lock().unwrap().clone(), vec![vec![1], vec![2, 3]]);
     }
 
     #[tokio::test]

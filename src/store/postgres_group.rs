@@ -8,6 +8,8 @@
 //! returning callers' finishes halves the commits and round trips per charge (BENCHMARKS.md,
 //! "Group commit", fifth round).
 
+use std::hash::{Hash, Hasher};
+
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::{PgPool, PgRow};
@@ -57,17 +59,31 @@ impl BatchStatement for ChargeWrites {
         }
     }
 
+    /// A finish names its attempt, an insert its operation: two batches in flight never touch
+    /// one row, so they never wait on each other's locks, and a later write of a row sees the
+    /// earlier one committed.
+    fn key(request: &ChargeWrite) -> Option<u64> {
+        match request {
+            ChargeWrite::Insert(new) => {
+                let mut hasher = std::hash::DefaultHasher::new();
+                (new.consumer.as_str(), new.operation_key.as_str()).hash(&mut hasher);
+                Some(hasher.finish())
+            }
+            ChargeWrite::Finish(finish) => {
+                let (high, low) = finish.id.as_u64_pair();
+                Some(high ^ low)
+            }
+        }
+    }
+
     /// An UPDATE … FROM changes a row once however many batch rows join it: two results for
     /// one attempt go in separate batches, the second judged against the first's write.
     /// Attempts of one operation may share a batch: the second finds the row the first wrote
     /// (see `first_attempts` and `attempts_row_by_row`). An insert and a finish of one
     /// operation in one batch are two concurrent calls, and the insert's answer is the row as
     /// one of them left it, as it would be with the two statements racing alone.
-    fn key(request: &ChargeWrite) -> Option<Uuid> {
-        match request {
-            ChargeWrite::Insert(_) => None,
-            ChargeWrite::Finish(finish) => Some(finish.id),
-        }
+    fn key_shares_batch(request: &ChargeWrite) -> bool {
+        matches!(request, ChargeWrite::Insert(_))
     }
 
     async fn run_batch(&self, requests: &[ChargeWrite]) -> Result<Vec<RowAnswer>, BatchError> {
@@ -499,5 +515,6 @@ pub(super) fn limits_of(config: &crate::config::GroupCommitConfig) -> GroupCommi
     GroupCommitLimits {
         batch_max: config.batch_max,
         wait_max: std::time::Duration::from_micros(config.wait_max_us),
+        in_flight_max: config.in_flight_max,
     }
 }

@@ -154,6 +154,58 @@ async fn sixty_four_concurrent_charges_with_duplicates_in_one_batch_each_get_the
     assert!(statements <= 8, "48 inserts in {statements} statements");
 }
 
+/// A service with group commit on and at most `in_flight_max` batches running at once.
+async fn spawn_with_batches_in_flight(in_flight_max: usize) -> TestApp {
+    TestApp::spawn_with(|config| {
+        config.database.group_commit.enabled = true;
+        config.database.group_commit.in_flight_max = in_flight_max;
+    })
+    .await
+}
+
+/// Waits (bounded) until `count` statements of this database wait on a lock at once.
+async fn wait_for_blocked_batches(pool: &PgPool, count: usize) {
+    for _ in 0..POLLS_MAX {
+        if blocked_backends(pool).await.len() >= count {
+            return;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    panic!("{count} batches never waited on the lock at once");
+}
+
+/// With two batches in flight, a batch starts while the one before it still waits in the
+/// database; a duplicate of an operation in the first waits for that batch's answer instead of
+/// going beside it in the second. Every caller hears its own answer, one charge per operation.
+#[tokio::test]
+async fn a_second_batch_runs_while_the_first_waits_in_the_database_and_each_operation_is_charged_once() {
+    let app = spawn_with_batches_in_flight(2).await;
+    let pool = PgPool::connect(&app.database.url).await.unwrap();
+    let lock = lock_writes(&pool).await;
+    let first = charge_all(&app, &["gc-first".to_owned()]);
+    wait_for_a_blocked_batch(&pool).await;
+    let later: Vec<String> = ["gc-first", "gc-second", "gc-third"].map(str::to_owned).to_vec();
+    let later_calls = charge_all(&app, &later);
+    wait_for_blocked_batches(&pool, 2).await;
+    tokio::time::sleep(QUEUE_SETTLE).await;
+    assert_eq!(blocked_backends(&pool).await.len(), 2, "no third batch while two are in flight");
+    lock.commit().await.unwrap();
+
+    assert_applied_and_succeeded(&["gc-first".to_owned()], &answers(first).await);
+    let later_answers = answers(later_calls).await;
+    assert_applied_and_succeeded(&later[1..], &later_answers[1..]);
+    match &later_answers[0] {
+        Ok(response) => assert_eq!(outcome_of(response), ChargeOutcome::Duplicate, "{response:?}"),
+        Err(error) => assert_eq!(error_code(error), "in_progress", "{error:?}"),
+    }
+    let again = app.charge(charge_request("gc-first")).await.unwrap();
+    assert_eq!(outcome_of(&again), ChargeOutcome::Duplicate);
+    let intents = intents_per_operation(&app).await;
+    assert_eq!(intents.len(), 3);
+    assert!(intents.values().all(|count| *count == 1), "one charge per operation: {intents:?}");
+    assert_eq!(app.attempt_rows().await, 3);
+}
+
 /// Every caller of a batch that timed out hears "unavailable"; nothing was written or sent, and
 /// the retries charge each operation once.
 #[tokio::test]
@@ -347,7 +399,8 @@ fn assert_applied_and_succeeded(operations: &[String], answers: &[Result<ChargeR
 /// of the second charges' pending rows.
 #[tokio::test]
 async fn pending_rows_and_results_of_other_charges_share_one_statement_and_each_caller_hears_its_own_answer() {
-    let app = TestApp::spawn_with(|config| config.database.group_commit.enabled = true).await;
+    // One batch in flight: the results then queue behind the blocked one with the new rows.
+    let app = spawn_with_batches_in_flight(1).await;
     let pool = PgPool::connect(&app.database.url).await.unwrap();
     let returning: Vec<String> = (0..8).map(|index| format!("gc-returning-{index}")).collect();
     let arriving: Vec<String> = (0..8).map(|index| format!("gc-arriving-{index}")).collect();
@@ -374,7 +427,7 @@ async fn pending_rows_and_results_of_other_charges_share_one_statement_and_each_
 /// is charged once, the results are written, and the shared transaction shows in the rows.
 #[tokio::test]
 async fn a_later_attempt_batched_with_results_commits_with_them_in_one_transaction() {
-    let app = TestApp::spawn_with(|config| config.database.group_commit.enabled = true).await;
+    let app = spawn_with_batches_in_flight(1).await;
     let pool = PgPool::connect(&app.database.url).await.unwrap();
     let declined = app.charge(attempt_request("gc-again", 1, "pm_card_chargeDeclined")).await.unwrap();
     assert_eq!(status_of(&declined), ProtoStatus::Failed);
