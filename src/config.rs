@@ -439,7 +439,7 @@ impl Default for DatabaseConfig {
 
 impl Default for GroupCommitConfig {
     fn default() -> Self {
-        Self { enabled: true, batch_max: 64, wait_max_us: 0, in_flight_max: 2 }
+        Self { enabled: true, batch_max: 64, wait_max_us: 0, in_flight_max: 1 }
     }
 }
 
