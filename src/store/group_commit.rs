@@ -90,6 +90,9 @@ pub trait BatchStatement: Send + Sync + 'static {
 
 struct Entry<S: BatchStatement> {
     request: S::Request,
+    /// `S::key` of the request, computed once by its caller: the committer compares it against
+    /// every row of a batch and every key in flight.
+    key: Option<u64>,
     answer: oneshot::Sender<Result<S::Answer, StoreError>>,
     /// When the caller enqueued it: its wait (queue and statement) is measured from here.
     enqueued: Instant,
@@ -121,7 +124,7 @@ impl<S: BatchStatement> GroupCommitter<S> {
     pub async fn submit(&self, request: S::Request) -> Result<S::Answer, StoreError> {
         let (answer, answered) = oneshot::channel();
         self.queue
-            .send(Entry { request, answer, enqueued: Instant::now() })
+            .send(Entry { key: S::key(&request), request, answer, enqueued: Instant::now() })
             .await
             .map_err(|_| StoreError::Unavailable("the group committer stopped".to_owned()))?;
         answered
@@ -176,7 +179,7 @@ async fn run_committer<S: BatchStatement>(
     mut receiver: mpsc::Receiver<Entry<S>>,
 ) {
     let statement = Arc::new(statement);
-    let key = |entry: &Entry<S>| S::key(&entry.request);
+    let key = |entry: &Entry<S>| entry.key;
     let shares_batch = |entry: &Entry<S>| S::key_shares_batch(&entry.request);
     // Entries taken off the channel but not yet in a batch (a key in flight, or more than one
     // batch's worth): at most two batches' worth, so memory stays bounded.
