@@ -75,29 +75,34 @@ set_sim_latency() {
 # stage_means BEFORE AFTER: from two scrapes of /metrics (files), one JSON object of what the
 # measured run added, per label: mean rows per group-commit statement, mean statement (with its
 # commit) and mean caller's wait in ms by `statement`, and the mean provider round in ms by
-# `step` — where a charge's time goes inside the service. {} from a build without the metrics.
+# `step`, and the mean gRPC call inside the service in ms by `method` (`request_seconds:Payments/Charge`)
+# — where a charge's time goes inside the service. {} from a build without the metrics.
 stage_means() {
   python3 - "$1" "$2" <<'PY'
 import json, re, sys
 def read(path):
     values = {}
     for line in open(path):
-        match = re.match(r'^(chargeguard_(?:group_commit_\w+|provider_round_seconds)_(?:sum|count))\{([^}]*)\} (\S+)$', line)
+        match = re.match(r'^(chargeguard_(?:group_commit_\w+|provider_round_seconds|grpc_request_seconds)_(?:sum|count))\{([^}]*)\} (\S+)$', line)
         if match:
             values[(match[1], match[2])] = float(match[3])
     return values
 before, after = read(sys.argv[1]), read(sys.argv[2])
 delta = {key: value - before.get(key, 0.0) for key, value in after.items()}
-means = {}
+# Summed over the labels a stage is not read by (a call's status code).
+sums, counts = {}, {}
 for (name, labels), total in delta.items():
     if not name.endswith("_sum"):
         continue
-    count = delta.get((name[:-4] + "_count", labels), 0.0)
-    if count > 0:
-        label = re.search(r'(?:statement|step)="([^"]*)"', labels)
-        metric = name[len("chargeguard_"):-4].replace("group_commit_", "")
-        scale = 1.0 if metric == "batch_rows" else 1e3
-        means[f"{metric}:{label[1] if label else ''}"] = total / count * scale
+    label = re.search(r'(?:statement|step|method)="(?:chargeguard\.v1\.)?([^"]*)"', labels)
+    metric = name[len("chargeguard_"):-4].replace("group_commit_", "").replace("grpc_", "")
+    key = f"{metric}:{label[1] if label else ''}"
+    sums[key] = sums.get(key, 0.0) + total
+    counts[key] = counts.get(key, 0.0) + delta.get((name[:-4] + "_count", labels), 0.0)
+means = {}
+for key, total in sums.items():
+    if counts[key] > 0:
+        means[key] = total / counts[key] * (1.0 if key.startswith("batch_rows") else 1e3)
 print(json.dumps(means, sort_keys=True))
 PY
 }

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::grpc::{
-    Authenticator, ConsumerLimitLayer, ConsumerLimits, Operators, PaymentsService, ReportsService, proto, request_size_layer,
-    undecodable_request_layer,
+    Authenticator, ConsumerLimitLayer, ConsumerLimits, Operators, PaymentsService, ReportsService, RequestDurationLayer,
+    proto, request_size_layer, undecodable_request_layer,
 };
 use crate::orchestrator::Orchestrator;
 use crate::provider::{PaymentProvider, StripeProvider, StripeProviderConfig};
@@ -246,6 +246,7 @@ impl Application {
             .timeout(Duration::from_millis(server.request_timeout_ms))
             .concurrency_limit_per_connection(server.concurrent_requests_max)
             .http2_max_header_list_size(server.grpc_metadata_bytes_max)
+            .layer(RequestDurationLayer::new(proto::FILE_DESCRIPTOR_SET))
             .layer(request_size_layer(request_bytes_max))
             .layer(undecodable_request_layer())
             .layer(limits)

@@ -7,6 +7,7 @@ mod error_code;
 mod limits;
 mod payments;
 mod reports;
+mod request_duration;
 mod request_size;
 mod status;
 mod undecodable;
@@ -16,6 +17,7 @@ pub use auth::{AuthError, Authenticator, bearer_token, certificate_sha256, hash_
 pub use payments::PaymentsService;
 pub use reports::{FinanceLinks, Operators, ReportsService};
 pub use limits::{ConsumerLimitLayer, ConsumerLimits, LimitRefusal};
+pub use request_duration::RequestDurationLayer;
 pub use request_size::request_size_layer;
 pub use status::{RETRY_AFTER_METADATA, RETRY_AFTER_MS_METADATA};
 pub use undecodable::undecodable_request_layer;

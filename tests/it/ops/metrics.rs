@@ -63,6 +63,18 @@ async fn metrics_count_charge_outcomes() {
     assert!(text.contains("# TYPE chargeguard_provider_round_seconds histogram"), "{text}");
     assert!(text.lines().any(|line| line.starts_with("chargeguard_provider_round_seconds_bucket{") && line.contains("le=\"0.005\"")), "{text}");
     assert!(!text.contains("chargeguard_provider_round_seconds{") || !text.contains("quantile="), "no summary quantiles: {text}");
+    // Each call's time inside the service, by method and status: the two answered charges as
+    // `ok`, the mismatch under its own code.
+    let charge_calls = |code_is_ok: bool| -> f64 {
+        text.lines()
+            .filter(|line| line.starts_with("chargeguard_grpc_request_seconds_count{method=\"chargeguard.v1.Payments/Charge\""))
+            .filter(|line| line.contains("code=\"ok\"") == code_is_ok)
+            .map(|line| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    assert!(charge_calls(true) >= 2.0, "answered charges: {text}");
+    assert!(charge_calls(false) >= 1.0, "the refused charge: {text}");
+    assert!(text.contains("# TYPE chargeguard_grpc_request_seconds histogram"), "{text}");
     if crate::support::group_commit_enabled() {
         // Group commit's rows, statement time and each caller's wait, by committer, with the
         // sub-millisecond bounds a local commit needs.
