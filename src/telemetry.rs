@@ -41,6 +41,13 @@ const BATCH_ROWS_BUCKETS: [f64; 11] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128
 const GROUP_COMMIT_BUCKETS_SECONDS: [f64; 12] =
     [0.000_25, 0.000_5, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 1.0];
 
+/// A gRPC call inside the service (`grpc/request_duration.rs`): a charge takes a few
+/// milliseconds plus the provider's round, so the bounds are finest where a service-level p99
+/// sits (a few to a few tens of milliseconds), up to the request timeout's order.
+const REQUEST_BUCKETS_SECONDS: [f64; 17] = [
+    0.000_5, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0,
+];
+
 /// The process-wide Prometheus recorder, installed on first use. One per process: several
 /// applications in one test process share it.
 pub fn metrics_handle() -> &'static PrometheusHandle {
@@ -61,6 +68,11 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
             .set_buckets_for_metric(
                 metrics_exporter_prometheus::Matcher::Full("chargeguard_group_commit_wait_seconds".to_owned()),
                 &GROUP_COMMIT_BUCKETS_SECONDS,
+            )
+            .expect("bucket list is not empty")
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("chargeguard_grpc_request_seconds".to_owned()),
+                &REQUEST_BUCKETS_SECONDS,
             )
             .expect("bucket list is not empty")
             .install_recorder()

@@ -75,6 +75,11 @@ async fn metrics_count_charge_outcomes() {
     assert!(charge_calls(true) >= 2.0, "answered charges: {text}");
     assert!(charge_calls(false) >= 1.0, "the refused charge: {text}");
     assert!(text.contains("# TYPE chargeguard_grpc_request_seconds histogram"), "{text}");
+    // Its bounds are finest where a charge's p99 sits, between the latency list's 5 and 10 ms.
+    assert!(
+        text.lines().any(|line| line.starts_with("chargeguard_grpc_request_seconds_bucket{") && line.contains("le=\"0.0075\"")),
+        "{text}"
+    );
     if crate::support::group_commit_enabled() {
         // Group commit's rows, statement time and each caller's wait, by committer, with the
         // sub-millisecond bounds a local commit needs.
