@@ -453,7 +453,7 @@ async fn call(shared: &Shared, clients: &mut Clients, key: &str) -> CallResult {
                 .get(ERROR_CODE_METADATA)
                 .and_then(|value| value.to_str().ok())
                 .unwrap_or("none");
-            CallResult::Failed(format!("{}/{code}", grpc_code_name(status.code())))
+            CallResult::Failed(format!("{}/{code}", crate::grpc::code_name(status.code())))
         }
     }
 }
@@ -467,7 +467,7 @@ async fn health_check(shared: &Shared, client: &mut HealthClient<Channel>) -> Ca
             Ok(ServingStatus::Serving) => CallResult::Answered("serving"),
             _ => CallResult::Answered("not_serving"),
         },
-        Ok(Err(status)) => CallResult::Failed(grpc_code_name(status.code())),
+        Ok(Err(status)) => CallResult::Failed(crate::grpc::code_name(status.code()).to_owned()),
     }
 }
 
@@ -502,19 +502,6 @@ async fn provider_create(shared: &Shared, key: &str) -> CallResult {
             .to_owned(),
         ),
     }
-}
-
-fn grpc_code_name(code: tonic::Code) -> String {
-    // `Code`'s Debug is CamelCase ("Unavailable"); reports use snake_case like the error codes.
-    let name = format!("{code:?}");
-    let mut snake = String::with_capacity(name.len() + 4);
-    for (index, c) in name.chars().enumerate() {
-        if c.is_ascii_uppercase() && index > 0 {
-            snake.push('_');
-        }
-        snake.push(c.to_ascii_lowercase());
-    }
-    snake
 }
 
 #[cfg(test)]
@@ -572,14 +559,5 @@ mod tests {
         count_only.requests = Some(10);
         let settings = LoadSettings::new(count_only).unwrap();
         assert_eq!(settings.duration, Duration::from_secs(DURATION_SECONDS_MAX));
-    }
-
-    #[test]
-    fn grpc_codes_read_like_error_codes() {
-        assert_eq!(grpc_code_name(tonic::Code::Unavailable), "unavailable");
-        assert_eq!(
-            grpc_code_name(tonic::Code::FailedPrecondition),
-            "failed_precondition"
-        );
     }
 }

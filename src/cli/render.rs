@@ -3,7 +3,6 @@
 //! control characters replaced, so a stored description cannot drive the terminal.
 
 use serde_json::{Value, json};
-use tonic::Code;
 
 use super::connect::ClientError;
 use crate::grpc::proto;
@@ -89,7 +88,8 @@ pub fn error(error: &ClientError) -> String {
     };
     let mut out = format!(
         "error: {}: {}",
-        code_name(status.code()),
+        // The status names grpcurl and the gRPC documentation use.
+        crate::grpc::code_name(status.code()).to_ascii_uppercase(),
         printable(status.message())
     );
     for key in [ERROR_CODE_METADATA, ATTEMPT_ID_METADATA] {
@@ -291,29 +291,6 @@ fn columns<const N: usize>(header: &[&str; N], rows: &[[String; N]]) -> String {
         out.push_str(&line(row.iter().map(|cell| printable(cell)).collect()));
     }
     out
-}
-
-/// The status names grpcurl and the gRPC documentation use.
-fn code_name(code: Code) -> &'static str {
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "CANCELLED",
-        Code::Unknown => "UNKNOWN",
-        Code::InvalidArgument => "INVALID_ARGUMENT",
-        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
-        Code::NotFound => "NOT_FOUND",
-        Code::AlreadyExists => "ALREADY_EXISTS",
-        Code::PermissionDenied => "PERMISSION_DENIED",
-        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
-        Code::FailedPrecondition => "FAILED_PRECONDITION",
-        Code::Aborted => "ABORTED",
-        Code::OutOfRange => "OUT_OF_RANGE",
-        Code::Unimplemented => "UNIMPLEMENTED",
-        Code::Internal => "INTERNAL",
-        Code::Unavailable => "UNAVAILABLE",
-        Code::DataLoss => "DATA_LOSS",
-        Code::Unauthenticated => "UNAUTHENTICATED",
-    }
 }
 
 #[cfg(test)]

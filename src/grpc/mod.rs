@@ -2,6 +2,7 @@
 //! prost types; every error becomes a `tonic::Status` in one place (`status.rs`).
 
 mod auth;
+mod code_name;
 pub(crate) mod convert;
 mod error_code;
 mod limits;
@@ -12,6 +13,7 @@ mod request_size;
 mod status;
 mod undecodable;
 
+pub use code_name::code_name;
 pub use error_code::ErrorCode;
 pub use auth::{AuthError, Authenticator, bearer_token, certificate_sha256, hash_token};
 pub use payments::PaymentsService;

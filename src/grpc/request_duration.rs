@@ -132,25 +132,7 @@ fn status_code(response: &http::Response<Body>) -> &'static str {
         .ok()
         .and_then(|text| text.parse::<i32>().ok())
         .unwrap_or(-1);
-    match tonic::Code::from_i32(code) {
-        tonic::Code::Ok => "ok",
-        tonic::Code::Cancelled => "cancelled",
-        tonic::Code::Unknown => "unknown",
-        tonic::Code::InvalidArgument => "invalid_argument",
-        tonic::Code::DeadlineExceeded => "deadline_exceeded",
-        tonic::Code::NotFound => "not_found",
-        tonic::Code::AlreadyExists => "already_exists",
-        tonic::Code::PermissionDenied => "permission_denied",
-        tonic::Code::ResourceExhausted => "resource_exhausted",
-        tonic::Code::FailedPrecondition => "failed_precondition",
-        tonic::Code::Aborted => "aborted",
-        tonic::Code::OutOfRange => "out_of_range",
-        tonic::Code::Unimplemented => "unimplemented",
-        tonic::Code::Internal => "internal",
-        tonic::Code::Unavailable => "unavailable",
-        tonic::Code::DataLoss => "data_loss",
-        tonic::Code::Unauthenticated => "unauthenticated",
-    }
+    super::code_name(tonic::Code::from_i32(code))
 }
 
 #[cfg(test)]
