@@ -264,7 +264,10 @@ async fn a_terminated_backend_fails_its_batch_as_a_whole_and_loses_or_duplicates
 
 /// Calls the batch insert of first attempts (migration 20261205000001) for `operations` of one
 /// consumer; returns (operation_key, id) of each row it answers with.
-async fn insert_first_attempts(pool: &PgPool, operations: &[&str]) -> Vec<(String, uuid::Uuid)> {
+async fn insert_first_attempts<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    operations: &[&str],
+) -> Vec<(String, uuid::Uuid)> {
     let n = operations.len();
     let ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
     let text = |value: &str| vec![value.to_owned(); n];
@@ -291,9 +294,71 @@ async fn insert_first_attempts(pool: &PgPool, operations: &[&str]) -> Vec<(Strin
     .bind(vec![30_000_000_i64; n])
     .bind(vec![60_000_000_i64; n])
     .bind(&none)
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await
     .unwrap()
+}
+
+/// Calls the batch finish (migration 20261206000001) for the attempts `ids` with a lease owner
+/// that holds none of them: every row is looked up, none is changed.
+async fn finish_rounds_of_strangers<'e>(executor: impl sqlx::PgExecutor<'e>, ids: &[uuid::Uuid]) -> i64 {
+    let n = ids.len();
+    let text = |value: &str| vec![value.to_owned(); n];
+    let none = vec![None::<String>; n];
+    sqlx::query_scalar(
+        "SELECT count(*) FROM finish_rounds(
+            $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
+    )
+    .bind(ids.to_vec())
+    .bind((0..n).map(|_| uuid::Uuid::now_v7()).collect::<Vec<_>>())
+    .bind(text("succeeded"))
+    .bind(text("pending"))
+    .bind(text("pi_stranger"))
+    .bind(text("succeeded"))
+    .bind(&none)
+    .bind(&none)
+    .bind(&none)
+    .bind(&none)
+    .bind(&none)
+    .bind(vec![1_i32; n])
+    .bind(vec![0_i64; n])
+    .bind(&none)
+    .bind(vec![0_i64; n])
+    .bind(vec![false; n])
+    .bind(vec!["pending".to_owned(), "requires_action".to_owned()])
+    .bind(vec![false; n])
+    .bind(&none)
+    .fetch_one(executor)
+    .await
+    .unwrap()
+}
+
+/// Both batch functions plan once per connection, at its first batch. On a new table (empty,
+/// never analyzed) that plan must still look rows up by key: a sequential scan planned then is
+/// kept until ANALYZE, and every batch reads the whole table meanwhile (migration
+/// 20261206000002). Counted in this transaction's own table statistics, which need no flush.
+#[tokio::test]
+async fn batches_planned_on_an_empty_table_look_rows_up_by_key_not_by_scanning_it() {
+    let database = crate::support::TestDatabase::create().await;
+    drop(database.open_store().await);
+    let mut connection = <sqlx::PgConnection as sqlx::Connection>::connect(&database.url).await.unwrap();
+    let mut transaction = sqlx::Connection::begin(&mut connection).await.unwrap();
+
+    let first = insert_first_attempts(&mut *transaction, &["empty-1", "empty-2"]).await;
+    let later = insert_first_attempts(&mut *transaction, &["later-1", "later-2", "empty-1"]).await;
+    assert_eq!((first.len(), later.len()), (2, 3), "first: {first:?}, later: {later:?}");
+    let ids: Vec<uuid::Uuid> = first.iter().chain(&later).map(|(_, id)| *id).collect();
+    assert_eq!(finish_rounds_of_strangers(&mut *transaction, &ids).await, 0, "no lease of theirs to finish");
+    assert_eq!(finish_rounds_of_strangers(&mut *transaction, &ids).await, 0);
+
+    let (sequential, by_index): (i64, i64) = sqlx::query_as(
+        "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = 'payment_attempts'",
+    )
+    .fetch_one(&mut *transaction)
+    .await
+    .unwrap();
+    assert!(by_index > 0, "the batches read the table by its indexes ({by_index} index scans)");
+    assert_eq!(sequential, 0, "no batch scanned the table ({sequential} sequential scans, {by_index} index scans)");
 }
 
 /// The batch insert's second query is what answers a first attempt that another writer (a
