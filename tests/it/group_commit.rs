@@ -333,32 +333,52 @@ async fn finish_rounds_of_strangers<'e>(executor: impl sqlx::PgExecutor<'e>, ids
     .unwrap()
 }
 
+/// This transaction's own reads of payment_attempts so far (`pg_stat_xact_user_tables`, which
+/// needs no flush): (sequential scans, rows they read, rows fetched through indexes).
+async fn reads_of_attempts(connection: &mut sqlx::PgConnection) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT seq_scan, seq_tup_read, idx_tup_fetch FROM pg_stat_xact_user_tables
+         WHERE relname = 'payment_attempts'",
+    )
+    .fetch_one(connection)
+    .await
+    .unwrap()
+}
+
 /// Both batch functions plan once per connection, at its first batch. On a new table (empty,
-/// never analyzed) that plan must still look rows up by key: a sequential scan planned then is
-/// kept until ANALYZE, and every batch reads the whole table meanwhile (migration
-/// 20261206000002). Counted in this transaction's own table statistics, which need no flush.
+/// never analyzed) that plan must still look rows up by key: a plan that reads the table
+/// (a sequential scan, or a walk of a whole index) is kept until ANALYZE, and every batch reads
+/// the whole table meanwhile (migration 20261206000002). After the plans are made on the empty
+/// table, the table grows to 200 rows; the later batches may then fetch only the rows they
+/// look up.
 #[tokio::test]
-async fn batches_planned_on_an_empty_table_look_rows_up_by_key_not_by_scanning_it() {
+async fn batches_planned_on_an_empty_table_look_rows_up_by_key_not_by_reading_the_table() {
     let database = crate::support::TestDatabase::create().await;
     drop(database.open_store().await);
     let mut connection = <sqlx::PgConnection as sqlx::Connection>::connect(&database.url).await.unwrap();
     let mut transaction = sqlx::Connection::begin(&mut connection).await.unwrap();
 
     let first = insert_first_attempts(&mut *transaction, &["empty-1", "empty-2"]).await;
-    let later = insert_first_attempts(&mut *transaction, &["later-1", "later-2", "empty-1"]).await;
-    assert_eq!((first.len(), later.len()), (2, 3), "first: {first:?}, later: {later:?}");
-    let ids: Vec<uuid::Uuid> = first.iter().chain(&later).map(|(_, id)| *id).collect();
-    assert_eq!(finish_rounds_of_strangers(&mut *transaction, &ids).await, 0, "no lease of theirs to finish");
-    assert_eq!(finish_rounds_of_strangers(&mut *transaction, &ids).await, 0);
+    let first_ids: Vec<uuid::Uuid> = first.iter().map(|(_, id)| *id).collect();
+    assert_eq!(finish_rounds_of_strangers(&mut *transaction, &first_ids).await, 0, "no lease of theirs to finish");
+    let fillers: Vec<String> = (0..200).map(|n| format!("filler-{n}")).collect();
+    let fillers: Vec<&str> = fillers.iter().map(String::as_str).collect();
+    assert_eq!(insert_first_attempts(&mut *transaction, &fillers).await.len(), 200);
 
-    let (sequential, by_index): (i64, i64) = sqlx::query_as(
-        "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relname = 'payment_attempts'",
-    )
-    .fetch_one(&mut *transaction)
-    .await
-    .unwrap();
-    assert!(by_index > 0, "the batches read the table by its indexes ({by_index} index scans)");
-    assert_eq!(sequential, 0, "no batch scanned the table ({sequential} sequential scans, {by_index} index scans)");
+    let before = reads_of_attempts(&mut transaction).await;
+    let later = insert_first_attempts(&mut *transaction, &["later-1", "later-2", "empty-1"]).await;
+    assert_eq!(later.len(), 3, "{later:?}");
+    let ids: Vec<uuid::Uuid> = first_ids.iter().copied().chain(later.iter().map(|(_, id)| *id)).collect();
+    assert_eq!(finish_rounds_of_strangers(&mut *transaction, &ids).await, 0);
+    let after = reads_of_attempts(&mut transaction).await;
+
+    let (scans, scanned, fetched) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+    // Keys looked up: 3 operations, then 5 attempts; each row at most twice (an operation's
+    // row by the INSERT's conflict check and by the read after it). Reading the table would
+    // fetch its 205 rows at each batch.
+    let lookups = 3 + 5;
+    assert_eq!((scans, scanned), (0, 0), "no batch scanned the table ({scans} scans read {scanned} rows)");
+    assert!(fetched <= 2 * lookups, "{fetched} rows fetched through indexes for {lookups} keys in a table of 205");
 }
 
 /// The batch insert's second query is what answers a first attempt that another writer (a
