@@ -106,3 +106,13 @@ for key, total in sums.items():
 print(json.dumps(means, sort_keys=True))
 PY
 }
+
+# stop_all: stops the simulator and the service this script started (sim_pid, serve_pid), and
+# waits for each to exit (a service's backends flush their statistics as they exit).
+stop_all() {
+  for pid in $serve_pid $sim_pid; do
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  sim_pid="" serve_pid=""
+}

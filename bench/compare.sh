@@ -83,13 +83,6 @@ else
 fi
 
 sim_pid="" serve_pid=""
-stop_all() {
-  for pid in $serve_pid $sim_pid; do
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  done
-  sim_pid="" serve_pid=""
-}
 trap 'stop_all; psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
 
 fresh_database() { # binary
