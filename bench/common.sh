@@ -116,3 +116,21 @@ stop_all() {
   done
   sim_pid="" serve_pid=""
 }
+
+# start_sim_and_serve BIN CONNECTIONS LABEL [VAR=value ...]: BIN's simulator on SIM_ADDR and its
+# `serve` (serve_config with CONNECTIONS pooled connections, the sweep off, the extra settings
+# added to its environment) on the database DB, each ready; logs $OUT/sim-LABEL.log and
+# $OUT/serve-LABEL.log. Sets sim_pid, serve_pid and token (the load generator's).
+start_sim_and_serve() {
+  local bin=$1 connections=$2 label=$3
+  shift 3
+  "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" >"$OUT/sim-$label.log" 2>&1 &
+  sim_pid=$!
+  wait_http "http://$SIM_ADDR/_sim/clock"
+  token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+  serve_config "$bin" "$token" "$connections" >"$OUT/serve.toml"
+  env CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" CHARGEGUARD_PROVIDER__API_KEY="$SIM_API_KEY" \
+    CHARGEGUARD_SWEEP__ENABLED=false "$@" "$bin" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve-$label.log" 2>&1 &
+  serve_pid=$!
+  wait_http "http://$HTTP_ADDR/readyz"
+}

@@ -93,19 +93,12 @@ fresh_database() { # binary
 
 # run_build ROUND LABEL: one measured run of the binary LABEL; appends a line to runs.jsonl.
 run_build() {
-  local round=$1 label=$2 bin="$OUT/$2" token pg0 serve0 sim0 settings
-  # Split on spaces on purpose below: several VAR=value settings.
+  local round=$1 label=$2 bin="$OUT/$2" pg0 serve0 sim0 settings
   if [ "$label" = "$label_a" ]; then settings=$ENV_A; else settings=$ENV_B; fi
-  "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" >"$OUT/sim-$label.log" 2>&1 &
-  sim_pid=$!
-  wait_http "http://$SIM_ADDR/_sim/clock"
+  # Split on spaces on purpose: several VAR=value settings.
+  # shellcheck disable=SC2086
+  start_sim_and_serve "$bin" $(( CONCURRENCY > 8 ? CONCURRENCY : 8 )) "$label" $settings
   set_sim_latency "$SIM_LATENCY_MS"
-  token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
-  serve_config "$bin" "$token" $(( CONCURRENCY > 8 ? CONCURRENCY : 8 )) >"$OUT/serve.toml"
-  CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" CHARGEGUARD_PROVIDER__API_KEY=$SIM_API_KEY \
-    CHARGEGUARD_SWEEP__ENABLED=false env $settings "$bin" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve-$label.log" 2>&1 &
-  serve_pid=$!
-  wait_http "http://$HTTP_ADDR/readyz"
   CHARGEGUARD_BENCH_TOKEN=$token "$bin" bench charge --endpoint "http://$GRPC_ADDR" --concurrency "$CONCURRENCY" \
     --connections "$CONNECTIONS" --duration-seconds "$SECONDS_WARMUP" >/dev/null
   curl -sf -o "$OUT/metrics.before" "http://$HTTP_ADDR/metrics"

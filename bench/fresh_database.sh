@@ -40,15 +40,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for bin in "$@"; do
     psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null 2>&1
     CHARGEGUARD_DATABASE__URL=$url "$bin" migrate >/dev/null
-    "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" >"$OUT/sim.log" 2>&1 &
-    sim_pid=$!
-    wait_http "http://$SIM_ADDR/_sim/clock"
-    token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
-    serve_config "$bin" "$token" "$CONCURRENCY" >"$OUT/serve.toml"
-    CHARGEGUARD_DATABASE__URL=$url CHARGEGUARD_PROVIDER__API_KEY=$SIM_API_KEY CHARGEGUARD_SWEEP__ENABLED=false \
-      "$bin" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/serve.log" 2>&1 &
-    serve_pid=$!
-    wait_http "http://$HTTP_ADDR/readyz"
+    start_sim_and_serve "$bin" "$CONCURRENCY" fresh
     CHARGEGUARD_BENCH_TOKEN=$token "$bin" bench charge --endpoint "http://$GRPC_ADDR" \
       --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" --duration-seconds "$SECONDS_MEASURED" \
       --warmup-seconds "$SECONDS_WARMUP" --json-out "$OUT/charge.json" >"$OUT/charge.log"
