@@ -278,7 +278,8 @@ impl InsertArrays {
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 /// First attempts (generation 0) of many operations: one set-based INSERT and one read of the
-/// rows it did not write (migration 20261205000001), each row answered as
+/// rows it did not write (migration 20261205000001; written in key order, so that two replicas'
+/// batches never deadlock, since 20261206000003), each row answered as
 /// `insert_pending_attempt` would answer it alone. A row comes back once however many requests
 /// of its operation the batch holds; each request takes the row of its own operation.
 async fn first_attempts<'e>(
@@ -325,9 +326,9 @@ fn answers_by_operation<'r>(
         .collect())
 }
 
-/// Any attempts, later ones included: one call of the function the single statement calls,
-/// per row, in request order (the lateral call depends on each unnest row in turn; a volatile
-/// function takes a new snapshot per query, so a call sees what earlier calls wrote).
+/// Any attempts, later ones included: one call of `insert_pending_attempts` (migration
+/// 20261206000003), which calls the single statement's function once per row, in the batch's
+/// key order; each row comes back with its request's ordinal.
 async fn attempts_row_by_row<'e>(
     executor: impl sqlx::PgExecutor<'e>,
     requests: &[&NewAttempt],
@@ -336,20 +337,9 @@ async fn attempts_row_by_row<'e>(
     let generation: Vec<i32> = requests.iter().map(|new| new.generation as i32).collect();
     let rows = arrays
         .bind_in_order(sqlx::query(
-            "SELECT u.ord AS batch_ordinal, a.*
-             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[],
-                         $7::text[], $8::text[], $9::jsonb[], $10::text[], $11::text[], $12::text[],
-                         $13::timestamptz[], $14::bigint[], $15::uuid[], $16::bigint[], $17::bigint[],
-                         $18::text[], $19::integer[])
-                  WITH ORDINALITY AS u(id, consumer, operation_key, amount_minor, currency,
-                         payment_method, customer, description, metadata, fingerprint, provider,
-                         idempotency_key, process_now, shift_us, lease_owner, lease_us, grace_us,
-                         return_url, generation, ord)
-             CROSS JOIN LATERAL insert_pending_attempt(
-                 u.id, u.consumer, u.operation_key, u.amount_minor, u.currency, u.payment_method,
-                 u.customer, u.description, u.metadata, u.fingerprint, u.provider,
-                 u.idempotency_key, u.generation, u.process_now, u.shift_us, u.lease_owner,
-                 u.lease_us, u.grace_us, u.return_url) AS a",
+            "SELECT a.batch_ordinal, (a.attempt).*
+             FROM insert_pending_attempts(
+                 $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) AS a",
         ))
         .bind(generation)
         .fetch_all(executor)

@@ -262,41 +262,67 @@ async fn a_terminated_backend_fails_its_batch_as_a_whole_and_loses_or_duplicates
     retries_charge_each_once(&app, &operations).await;
 }
 
-/// Calls the batch insert of first attempts (migration 20261205000001) for `operations` of one
-/// consumer; returns (operation_key, id) of each row it answers with.
+/// The two batch inserts of the charge path.
+#[derive(Debug, Clone, Copy)]
+enum BatchInsert {
+    /// `insert_pending_first_attempts` (migration 20261205000001): first attempts, set-based.
+    FirstAttempts,
+    /// `insert_pending_attempts` (migration 20261206000003): any attempts, row by row.
+    AnyAttempts,
+}
+
+/// Calls the batch insert of first attempts for `operations` of one consumer; returns
+/// (operation_key, id) of each row it answers with.
 async fn insert_first_attempts<'e>(
     executor: impl sqlx::PgExecutor<'e>,
     operations: &[&str],
 ) -> Vec<(String, uuid::Uuid)> {
+    try_batch_insert(executor, BatchInsert::FirstAttempts, operations).await.unwrap()
+}
+
+/// Calls `batch` for first attempts (generation 0) of `operations`, of one consumer, in that
+/// order; returns (operation_key, id) of each row it answers with, or the statement's error.
+async fn try_batch_insert<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    batch: BatchInsert,
+    operations: &[&str],
+) -> Result<Vec<(String, uuid::Uuid)>, sqlx::Error> {
     let n = operations.len();
     let ids: Vec<uuid::Uuid> = (0..n).map(|_| uuid::Uuid::now_v7()).collect();
     let text = |value: &str| vec![value.to_owned(); n];
     let none = vec![None::<String>; n];
-    sqlx::query_as(
-        "SELECT operation_key, id FROM insert_pending_first_attempts(
-            $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
-    )
-    .bind(ids)
-    .bind(text("orders"))
-    .bind(operations.iter().map(|operation| operation.to_string()).collect::<Vec<_>>())
-    .bind(vec![1_000_i64; n])
-    .bind(text("usd"))
-    .bind(text("pm_card_visa"))
-    .bind(&none)
-    .bind(&none)
-    .bind(vec![serde_json::json!({}); n])
-    .bind(text("fingerprint"))
-    .bind(text("stripe"))
-    .bind(operations.iter().map(|operation| format!("key-{operation}")).collect::<Vec<_>>())
-    .bind(vec![chrono::Utc::now(); n])
-    .bind(vec![0_i64; n])
-    .bind((0..n).map(|_| uuid::Uuid::now_v7()).collect::<Vec<_>>())
-    .bind(vec![30_000_000_i64; n])
-    .bind(vec![60_000_000_i64; n])
-    .bind(&none)
-    .fetch_all(executor)
-    .await
-    .unwrap()
+    let sql = match batch {
+        BatchInsert::FirstAttempts => {
+            "SELECT operation_key, id FROM insert_pending_first_attempts(
+                $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+        }
+        BatchInsert::AnyAttempts => {
+            "SELECT (a.attempt).operation_key, (a.attempt).id FROM insert_pending_attempts(
+                $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                array_fill(0, ARRAY[cardinality($1)])) AS a"
+        }
+    };
+    sqlx::query_as(sql)
+        .bind(ids)
+        .bind(text("orders"))
+        .bind(operations.iter().map(|operation| operation.to_string()).collect::<Vec<_>>())
+        .bind(vec![1_000_i64; n])
+        .bind(text("usd"))
+        .bind(text("pm_card_visa"))
+        .bind(&none)
+        .bind(&none)
+        .bind(vec![serde_json::json!({}); n])
+        .bind(text("fingerprint"))
+        .bind(text("stripe"))
+        .bind(operations.iter().map(|operation| format!("key-{operation}")).collect::<Vec<_>>())
+        .bind(vec![chrono::Utc::now(); n])
+        .bind(vec![0_i64; n])
+        .bind((0..n).map(|_| uuid::Uuid::now_v7()).collect::<Vec<_>>())
+        .bind(vec![30_000_000_i64; n])
+        .bind(vec![60_000_000_i64; n])
+        .bind(&none)
+        .fetch_all(executor)
+        .await
 }
 
 /// Calls the batch finish (migration 20261206000001) for the attempts `ids` with a lease owner
@@ -379,6 +405,52 @@ async fn batches_planned_on_an_empty_table_look_rows_up_by_key_not_by_reading_th
     let lookups = 3 + 5;
     assert_eq!((scans, scanned), (0, 0), "no batch scanned the table ({scans} scans read {scanned} rows)");
     assert!(fetched <= 2 * lookups, "{fetched} rows fetched through indexes for {lookups} keys in a table of 205");
+}
+
+/// Two replicas' batches that meet on several operations, each in its own order: a batch
+/// writes its rows in key order (migration 20261206000003), so the later batch waits for the
+/// first and neither ever holds a row the other needs. In request order, `a, m, z` and
+/// `z, m, a` deadlock: once the writer holding `m` steps aside, whichever batch takes `m` waits
+/// for the other's end row while the other waits for `m`, and PostgreSQL fails one whole batch
+/// (40P01) after deadlock_timeout. Checked for both batch inserts.
+#[tokio::test]
+async fn replicas_batching_the_same_operations_in_opposite_orders_wait_for_each_other_and_never_deadlock() {
+    let database = crate::support::TestDatabase::create().await;
+    drop(database.open_store().await);
+    let pool = PgPool::connect(&database.url).await.unwrap();
+
+    for (round, batch) in [BatchInsert::FirstAttempts, BatchInsert::AnyAttempts].into_iter().enumerate() {
+        let [a, m, z] = ["a", "m", "z"].map(|name| format!("{name}-{round}"));
+        // Another writer holds `m` uncommitted, so that both batches are in the middle of their
+        // rows when it steps aside.
+        let mut gate = pool.begin().await.unwrap();
+        insert_first_attempts(&mut *gate, &[m.as_str()]).await;
+        let replica = |operations: [String; 3]| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let operations = operations.each_ref().map(String::as_str);
+                try_batch_insert(&pool, batch, &operations).await
+            })
+        };
+        let first = replica([a.clone(), m.clone(), z.clone()]);
+        wait_for_blocked_batches(&pool, 1).await;
+        let second = replica([z.clone(), m.clone(), a.clone()]);
+        wait_for_blocked_batches(&pool, 2).await;
+        gate.rollback().await.unwrap();
+
+        let first: BTreeMap<String, uuid::Uuid> =
+            first.await.unwrap().unwrap_or_else(|error| panic!("{batch:?}, first batch: {error}")).into_iter().collect();
+        let second: BTreeMap<String, uuid::Uuid> =
+            second.await.unwrap().unwrap_or_else(|error| panic!("{batch:?}, second batch: {error}")).into_iter().collect();
+        assert_eq!(first.len(), 3, "{batch:?}: {first:?}");
+        assert_eq!(first, second, "{batch:?}: both replicas answer each operation with its one row");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM payment_attempts WHERE operation_key LIKE '%-' || $1")
+            .bind(round.to_string())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(rows, 3, "{batch:?}: one row per operation");
+    }
 }
 
 /// The batch insert's second query is what answers a first attempt that another writer (a
