@@ -7,7 +7,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, Row};
 use uuid::Uuid;
 
-use super::postgres_group::{ChargeWrite, FinishRequest, PostgresGroupCommit, limits_of};
+use super::postgres_group::{ChargeWrite, FinishRequest, KeptConnection, PostgresGroupCommit, limits_of};
 use super::row::{AttemptColumns, ColumnError, attempt_from_row, encode_progress, optional_attempt};
 use super::{
     AttemptStore, CallerTime, InsertOutcome, LeaseRequest, Leased, ListCursor, ListFilter,
@@ -22,7 +22,7 @@ use crate::domain::{
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// A pooled connection idle this long is pinged before use (see `connect_lazy`).
-const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+pub(super) const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
 /// Bounds of the connection pool, passed explicitly rather than left to library defaults.
 #[derive(Debug, Clone)]
@@ -37,6 +37,8 @@ pub struct PostgresStore {
     pool: PgPool,
     /// Set, `insert_pending` and `finish_round` go through group commit (`postgres_group.rs`).
     group: Option<PostgresGroupCommit>,
+    /// The group committer's connection between its statements (none without group commit).
+    kept: KeptConnection,
 }
 
 impl PostgresStore {
@@ -73,17 +75,17 @@ impl PostgresStore {
                 })
             })
             .connect_lazy_with(connect_options);
-        Ok(Self { pool, group: None })
+        Ok(Self { pool, group: None, kept: KeptConnection::default() })
     }
 
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool, group: None }
+        Self { pool, group: None, kept: KeptConnection::default() }
     }
 
     /// The same store with `insert_pending` and `finish_round` grouped into shared statements
     /// and commits; starts the committer task on the current runtime.
     pub fn with_group_commit(self, config: &GroupCommitConfig) -> Self {
-        let group = super::postgres_group::spawn(&self.pool, limits_of(config));
+        let group = super::postgres_group::spawn(&self.pool, limits_of(config), self.kept.clone());
         Self { group: Some(group), ..self }
     }
 
@@ -128,7 +130,10 @@ fn leased_from_row(row: &PgRow) -> Result<Leased, StoreError> {
 }
 
 /// `insert_pending`'s statement alone: the row it returned, if any (one round trip, one commit).
-pub(super) async fn insert_pending_statement(pool: &PgPool, new: &NewAttempt) -> Result<Option<Attempt>, StoreError> {
+pub(super) async fn insert_pending_statement<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    new: &NewAttempt,
+) -> Result<Option<Attempt>, StoreError> {
     let metadata = serde_json::to_value(new.params.metadata.entries())
         .map_err(|error| StoreError::Corrupt(error.to_string()))?;
     // One round trip for every outcome (migrations 20261202000005, 20261203000001,
@@ -160,14 +165,17 @@ pub(super) async fn insert_pending_statement(pool: &PgPool, new: &NewAttempt) ->
     .bind(micros_of(new.lease_duration))
     .bind(micros_of(new.recovery_grace))
     .bind(new.return_url.as_deref())
-    .fetch_optional(pool)
+    .fetch_optional(executor)
     .await
     .map_err(unavailable)?;
     row.as_ref().map(attempt_from_row).transpose()
 }
 
 /// `finish_round`'s statement alone (one round trip, one commit).
-pub(super) async fn finish_round_statement(pool: &PgPool, request: &FinishRequest) -> Result<Option<Attempt>, StoreError> {
+pub(super) async fn finish_round_statement<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    request: &FinishRequest,
+) -> Result<Option<Attempt>, StoreError> {
     // In SET, `status` is the row's value before this update, so each CASE asks whether the
     // move is allowed from the state the row really is in. A review reason is added to the
     // earlier ones by the same function the webhook inbox uses (migration 20261203140001).
@@ -216,7 +224,7 @@ pub(super) async fn finish_round_statement(pool: &PgPool, request: &FinishReques
     .bind(request.result.create_replays_failure)
     .bind(request.result.lookup_progress.is_some())
     .bind(request.result.lookup_progress.as_ref().and_then(encode_progress))
-    .fetch_optional(pool)
+    .fetch_optional(executor)
     .await
     .map_err(unavailable)
     .and_then(optional_attempt)
@@ -501,7 +509,11 @@ impl AttemptStore for PostgresStore {
     }
 
     async fn close(&self) {
-        self.pool.close().await;
+        // Marks the pool closed before the kept connection goes back, so the committer keeps
+        // none after this; closing waits for every connection out of the pool.
+        let closing = self.pool.close();
+        self.kept.release();
+        closing.await;
     }
 }
 

@@ -9,14 +9,18 @@
 //! "Group commit", fifth round).
 
 use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use sqlx::Row;
+use sqlx::Postgres;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgRow};
 use uuid::Uuid;
 
 use super::group_commit::{BatchError, BatchStatement, GroupCommitLimits, GroupCommitter};
-use super::postgres::{finish_round_statement, insert_pending_statement, status_names};
+use super::postgres::{PING_IF_IDLE_FOR, finish_round_statement, insert_pending_statement, status_names};
 use super::row::{attempt_from_row, encode_progress};
 use super::{CallerTime, NewAttempt, RoundResult, StoreError, micros_of};
 use crate::domain::{Attempt, CustomerId, Description, LeaseOwner};
@@ -30,8 +34,8 @@ pub(super) type RowAnswer = Result<Option<Attempt>, StoreError>;
 /// The committer of one store's charge-path writes.
 pub(super) type PostgresGroupCommit = GroupCommitter<ChargeWrites>;
 
-pub(super) fn spawn(pool: &PgPool, limits: GroupCommitLimits) -> PostgresGroupCommit {
-    GroupCommitter::spawn(ChargeWrites { pool: pool.clone() }, limits)
+pub(super) fn spawn(pool: &PgPool, limits: GroupCommitLimits, kept: KeptConnection) -> PostgresGroupCommit {
+    GroupCommitter::spawn(ChargeWrites { pool: pool.clone(), kept }, limits)
 }
 
 /// One caller's write on the charge path.
@@ -45,6 +49,52 @@ pub(super) enum ChargeWrite {
 
 pub(super) struct ChargeWrites {
     pool: PgPool,
+    kept: KeptConnection,
+}
+
+/// The connection of the committer's last statement that succeeded, and when it did, kept out
+/// of the pool for the next statement. sqlx's pool hands out its oldest idle connection, so
+/// consecutive batches rotated through every connection it held, each backend cold by its turn;
+/// kept, they run on one warm backend (BENCHMARKS.md, "Group commit", tenth round). Shared with
+/// the store, which gives it back before it closes the pool: closing waits for every connection
+/// out of the pool.
+#[derive(Clone, Default)]
+pub(super) struct KeptConnection(Arc<Mutex<Option<Kept>>>);
+
+/// A kept connection and when its last statement succeeded.
+type Kept = (PoolConnection<Postgres>, Instant);
+
+impl KeptConnection {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Kept>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The kept connection if it was used within `PING_IF_IDLE_FOR`; else one from the pool,
+    /// which checks a connection idle that long before handing it out (one that sat longer
+    /// goes back to the pool first).
+    async fn take_or_acquire(&self, pool: &PgPool) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+        let kept = self.slot().take();
+        match kept {
+            Some((connection, used)) if used.elapsed() < PING_IF_IDLE_FOR => Ok(connection),
+            _ => pool.acquire().await,
+        }
+    }
+
+    /// Keeps `connection` (after a statement that succeeded: one that failed goes back to the
+    /// pool), replacing any kept already (with more than one batch in flight), unless the pool
+    /// is closing or holds a single connection, which the rest of the service would then wait
+    /// for. Checked under the slot's lock, so a connection is never kept after `release`.
+    fn keep(&self, pool: &PgPool, connection: PoolConnection<Postgres>) {
+        let mut slot = self.slot();
+        if !pool.is_closed() && pool.options().get_max_connections() > 1 {
+            *slot = Some((connection, Instant::now()));
+        }
+    }
+
+    /// Gives the kept connection back; call after the pool was marked closed.
+    pub(super) fn release(&self) {
+        self.slot().take();
+    }
 }
 
 #[async_trait]
@@ -95,29 +145,39 @@ impl BatchStatement for ChargeWrites {
                 ChargeWrite::Finish(finish) => finishes.push(finish),
             }
         }
+        let mut connection = self.kept.take_or_acquire(&self.pool).await.map_err(batch_error)?;
         let (inserted, finished) = if finishes.is_empty() {
-            (insert_batch(&self.pool, &inserts).await?, Vec::new())
+            (insert_batch(&mut *connection, &inserts).await?, Vec::new())
         } else if inserts.is_empty() {
-            (Vec::new(), finish_batch(&self.pool, &finishes).await?)
+            (Vec::new(), finish_batch(&mut *connection, &finishes).await?)
         } else if inserts.iter().all(|new| new.generation == 0) {
-            first_attempts_and_finishes(&self.pool, &inserts, &finishes).await?
+            first_attempts_and_finishes(&mut connection, &inserts, &finishes).await?
         } else {
             // Later attempts are rare: their row-by-row insert and the finishes go as two
             // statements of one transaction, so that the batch still commits as a whole.
-            let mut transaction = self.pool.begin().await.map_err(batch_error)?;
+            let mut transaction = sqlx::Connection::begin(&mut *connection).await.map_err(batch_error)?;
             let finished = finish_batch(&mut *transaction, &finishes).await?;
             let inserted = insert_batch(&mut *transaction, &inserts).await?;
             transaction.commit().await.map_err(batch_error)?;
             (inserted, finished)
         };
+        self.kept.keep(&self.pool, connection);
         in_request_order(requests, inserted, finished)
     }
 
     async fn run_one(&self, request: &ChargeWrite) -> Result<RowAnswer, StoreError> {
-        Ok(match request {
-            ChargeWrite::Insert(new) => insert_pending_statement(&self.pool, new).await,
-            ChargeWrite::Finish(finish) => finish_round_statement(&self.pool, finish).await,
-        })
+        let mut connection =
+            self.kept.take_or_acquire(&self.pool).await.map_err(|error| StoreError::Unavailable(error.to_string()))?;
+        let answer = match request {
+            ChargeWrite::Insert(new) => insert_pending_statement(&mut *connection, new).await,
+            ChargeWrite::Finish(finish) => finish_round_statement(&mut *connection, finish).await,
+        };
+        // A row's own refusal (a constraint, a raised error) leaves the connection sound; any
+        // other error gives it back to the pool.
+        if !matches!(answer, Err(StoreError::Unavailable(_))) {
+            self.kept.keep(&self.pool, connection);
+        }
+        Ok(answer)
     }
 }
 
@@ -395,14 +455,14 @@ async fn finish_batch<'e>(
 /// First attempts and finishes of one batch in one statement; the inserts' answers and the
 /// finishes' answers, each in its own order.
 async fn first_attempts_and_finishes(
-    pool: &PgPool,
+    connection: &mut sqlx::PgConnection,
     inserts: &[&NewAttempt],
     finishes: &[&FinishRequest],
 ) -> Result<(Vec<RowAnswer>, Vec<RowAnswer>), BatchError> {
     let query = InsertArrays::of(inserts)?.bind_in_order(sqlx::query(FIRST_ATTEMPTS_AND_FINISHES));
     let rows = FinishArrays::of(finishes)
         .bind_in_order(query)
-        .fetch_all(pool)
+        .fetch_all(connection)
         .await
         .map_err(batch_error)?;
     let mut inserted_rows = Vec::with_capacity(inserts.len());

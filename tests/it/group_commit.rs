@@ -613,3 +613,78 @@ async fn a_later_attempt_batched_with_results_commits_with_them_in_one_transacti
     let shared = results_written_with_inserts(&pool, "gc-returning-", "gc-again").await;
     assert!(shared >= 1, "no result was written in the transaction of attempt 2's pending row");
 }
+
+/// A store with group commit opened on `database` with at most `connections_max` connections.
+async fn store_with_connections(
+    database: &crate::support::TestDatabase,
+    connections_max: u32,
+) -> std::sync::Arc<dyn chargeguard::store::AttemptStore> {
+    let mut config = chargeguard::config::Config::default();
+    database.configure(&mut config);
+    config.database.group_commit.enabled = true;
+    config.database.connections_max = connections_max;
+    config.database.acquire_timeout_ms = 2_000;
+    let opened = chargeguard::store::open(&config.database).await.unwrap();
+    opened.migrate().await.unwrap();
+    opened.into_store()
+}
+
+/// The backends connected to the database of `admin` (one connection, not a pool, so that it
+/// counts only itself out), other than its own.
+async fn backends_of(admin: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
+/// The committer keeps the connection of its last statement for the next one: sqlx's pool
+/// hands out its oldest idle connection, so consecutive statements used to rotate through every
+/// connection the pool had opened. Twenty writes in a row run on one backend, and the store,
+/// closing with that connection kept, still closes (the pool's close waits for every
+/// connection out of it).
+#[tokio::test]
+async fn consecutive_writes_run_on_one_kept_connection_and_the_store_still_closes() {
+    use crate::support::attempts::{insert_new, owner, pending_attempt};
+
+    let database = crate::support::TestDatabase::create().await;
+    let store = store_with_connections(&database, 16).await;
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&database.url).await.unwrap();
+    let holder = owner();
+    let now = chargeguard::store::CallerTime { now: chrono::Utc::now(), shift: chrono::Duration::zero() };
+    for n in 0..20 {
+        let new = pending_attempt(&format!("kept-{n}"), holder, chrono::Duration::seconds(30), chrono::Duration::seconds(60), now);
+        insert_new(&*store, &new).await;
+    }
+    assert_eq!(backends_of(&mut admin).await, 1, "twenty writes in a row on one backend");
+
+    tokio::time::timeout(Duration::from_secs(10), store.close())
+        .await
+        .expect("the store closes while its committer keeps a connection");
+    for _ in 0..POLLS_MAX {
+        if backends_of(&mut admin).await == 0 {
+            return;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    panic!("the kept connection was never closed");
+}
+
+/// A pool of one connection is never kept from the rest of the service: a read right after a
+/// write gets the connection (else it would wait the pool's acquire timeout and fail).
+#[tokio::test]
+async fn with_one_connection_the_committer_keeps_none_and_reads_go_on() {
+    use crate::support::attempts::{insert_new, owner, pending_attempt};
+
+    let database = crate::support::TestDatabase::create().await;
+    let store = store_with_connections(&database, 1).await;
+    let now = chargeguard::store::CallerTime { now: chrono::Utc::now(), shift: chrono::Duration::zero() };
+    for n in 0..3 {
+        let new = pending_attempt(&format!("alone-{n}"), owner(), chrono::Duration::seconds(30), chrono::Duration::seconds(60), now);
+        let written = insert_new(&*store, &new).await;
+        let read = store.find_by_id(None, written.id).await.expect("the read gets the one connection");
+        assert_eq!(read.map(|attempt| attempt.id), Some(written.id));
+    }
+}
