@@ -1,0 +1,4 @@
+-- Twin of migrations/postgres/20261206000004_keep_succeeded_only_when_leaving.sql. SQLite's
+-- trigger (20261204000004) already states its whole condition in WHEN, with RAISE as its only
+-- statement, so there is nothing to change here: a succeeded attempt still leaves succeeded only
+-- as a refund the provider failed, on both stores.
