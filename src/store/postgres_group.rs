@@ -10,7 +10,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -52,42 +52,54 @@ pub(super) struct ChargeWrites {
     kept: KeptConnection,
 }
 
-/// The connection of the committer's last statement that succeeded, and when it did, kept out
-/// of the pool for the next statement. sqlx's pool hands out its oldest idle connection, so
-/// consecutive batches rotated through every connection it held, each backend cold by its turn;
-/// kept, they run on one warm backend (BENCHMARKS.md, "Group commit", tenth round). Shared with
-/// the store, which gives it back before it closes the pool: closing waits for every connection
-/// out of the pool.
+/// The connection of the committer's last statement that succeeded, kept out of the pool for
+/// the next statement. sqlx's pool hands out its oldest idle connection, so consecutive batches
+/// rotated through every connection it held, each backend cold by its turn; kept, they run on
+/// one warm backend (BENCHMARKS.md, "Group commit", tenth round). Shared with the store, which
+/// gives it back before it closes the pool: closing waits for every connection out of the pool.
 #[derive(Clone, Default)]
 pub(super) struct KeptConnection(Arc<Mutex<Option<Kept>>>);
 
-/// A kept connection and when its last statement succeeded.
-type Kept = (PoolConnection<Postgres>, Instant);
+/// A connection goes back to the pool at least this often, however busy the committer, so that
+/// the pool's own rules (its connections' lifetime) still reach it.
+const KEPT_FOR_MAX: Duration = Duration::from_secs(60);
+
+/// A kept connection.
+struct Kept {
+    connection: PoolConnection<Postgres>,
+    /// When it came out of the pool.
+    since: Instant,
+    /// When its last statement succeeded.
+    used: Instant,
+}
 
 impl KeptConnection {
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Kept>> {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The kept connection if it was used within `PING_IF_IDLE_FOR`; else one from the pool,
-    /// which checks a connection idle that long before handing it out (one that sat longer
-    /// goes back to the pool first).
-    async fn take_or_acquire(&self, pool: &PgPool) -> Result<PoolConnection<Postgres>, sqlx::Error> {
+    /// The kept connection if it was used within `PING_IF_IDLE_FOR` and came out of the pool
+    /// within `KEPT_FOR_MAX`; else one from the pool, which pings a connection idle that long
+    /// before handing it out (one that sat longer goes back to the pool first). With when it
+    /// came out of the pool.
+    async fn take_or_acquire(&self, pool: &PgPool) -> Result<(PoolConnection<Postgres>, Instant), sqlx::Error> {
         let kept = self.slot().take();
         match kept {
-            Some((connection, used)) if used.elapsed() < PING_IF_IDLE_FOR => Ok(connection),
-            _ => pool.acquire().await,
+            Some(kept) if kept.used.elapsed() < PING_IF_IDLE_FOR && kept.since.elapsed() < KEPT_FOR_MAX => {
+                Ok((kept.connection, kept.since))
+            }
+            _ => Ok((pool.acquire().await?, Instant::now())),
         }
     }
 
-    /// Keeps `connection` (after a statement that succeeded: one that failed goes back to the
-    /// pool), replacing any kept already (with more than one batch in flight), unless the pool
-    /// is closing or holds a single connection, which the rest of the service would then wait
-    /// for. Checked under the slot's lock, so a connection is never kept after `release`.
-    fn keep(&self, pool: &PgPool, connection: PoolConnection<Postgres>) {
+    /// Keeps `connection` (only after a statement that succeeded: one that failed goes back to
+    /// the pool), replacing any kept already (with more than one batch in flight), unless the
+    /// pool is closing or holds a single connection, which the rest of the service would then
+    /// wait for. Checked under the slot's lock, so a connection is never kept after `release`.
+    fn keep(&self, pool: &PgPool, connection: PoolConnection<Postgres>, since: Instant) {
         let mut slot = self.slot();
         if !pool.is_closed() && pool.options().get_max_connections() > 1 {
-            *slot = Some((connection, Instant::now()));
+            *slot = Some(Kept { connection, since, used: Instant::now() });
         }
     }
 
@@ -145,7 +157,7 @@ impl BatchStatement for ChargeWrites {
                 ChargeWrite::Finish(finish) => finishes.push(finish),
             }
         }
-        let mut connection = self.kept.take_or_acquire(&self.pool).await.map_err(batch_error)?;
+        let (mut connection, since) = self.kept.take_or_acquire(&self.pool).await.map_err(batch_error)?;
         let (inserted, finished) = if finishes.is_empty() {
             (insert_batch(&mut *connection, &inserts).await?, Vec::new())
         } else if inserts.is_empty() {
@@ -161,21 +173,19 @@ impl BatchStatement for ChargeWrites {
             transaction.commit().await.map_err(batch_error)?;
             (inserted, finished)
         };
-        self.kept.keep(&self.pool, connection);
+        self.kept.keep(&self.pool, connection, since);
         in_request_order(requests, inserted, finished)
     }
 
     async fn run_one(&self, request: &ChargeWrite) -> Result<RowAnswer, StoreError> {
-        let mut connection =
+        let (mut connection, since) =
             self.kept.take_or_acquire(&self.pool).await.map_err(|error| StoreError::Unavailable(error.to_string()))?;
         let answer = match request {
             ChargeWrite::Insert(new) => insert_pending_statement(&mut *connection, new).await,
             ChargeWrite::Finish(finish) => finish_round_statement(&mut *connection, finish).await,
         };
-        // A row's own refusal (a constraint, a raised error) leaves the connection sound; any
-        // other error gives it back to the pool.
-        if !matches!(answer, Err(StoreError::Unavailable(_))) {
-            self.kept.keep(&self.pool, connection);
+        if answer.is_ok() {
+            self.kept.keep(&self.pool, connection, since);
         }
         Ok(answer)
     }
