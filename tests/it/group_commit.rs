@@ -619,14 +619,13 @@ async fn store_with_connections(
     database: &crate::support::TestDatabase,
     connections_max: u32,
 ) -> std::sync::Arc<dyn chargeguard::store::AttemptStore> {
-    let mut config = chargeguard::config::Config::default();
-    database.configure(&mut config);
-    config.database.group_commit.enabled = true;
-    config.database.connections_max = connections_max;
-    config.database.acquire_timeout_ms = 2_000;
-    let opened = chargeguard::store::open(&config.database).await.unwrap();
-    opened.migrate().await.unwrap();
-    opened.into_store()
+    database
+        .open_store_with(|config| {
+            config.database.group_commit.enabled = true;
+            config.database.connections_max = connections_max;
+            config.database.acquire_timeout_ms = 2_000;
+        })
+        .await
 }
 
 /// The backends connected to the database of `admin` (one connection, not a pool, so that it
@@ -647,16 +646,14 @@ async fn backends_of(admin: &mut sqlx::PgConnection) -> i64 {
 /// connection out of it).
 #[tokio::test]
 async fn consecutive_writes_run_on_one_kept_connection_and_the_store_still_closes() {
-    use crate::support::attempts::{insert_new, owner, pending_attempt};
+    use crate::support::attempts::{insert_new, new_attempt, owner};
 
     let database = crate::support::TestDatabase::create().await;
     let store = store_with_connections(&database, 16).await;
     let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&database.url).await.unwrap();
     let holder = owner();
-    let now = chargeguard::store::CallerTime { now: chrono::Utc::now(), shift: chrono::Duration::zero() };
     for n in 0..20 {
-        let new = pending_attempt(&format!("kept-{n}"), holder, chrono::Duration::seconds(30), chrono::Duration::seconds(60), now);
-        insert_new(&*store, &new).await;
+        insert_new(&*store, &new_attempt(&format!("kept-{n}"), holder)).await;
     }
     assert_eq!(backends_of(&mut admin).await, 1, "twenty writes in a row on one backend");
 
@@ -676,14 +673,12 @@ async fn consecutive_writes_run_on_one_kept_connection_and_the_store_still_close
 /// write gets the connection (else it would wait the pool's acquire timeout and fail).
 #[tokio::test]
 async fn with_one_connection_the_committer_keeps_none_and_reads_go_on() {
-    use crate::support::attempts::{insert_new, owner, pending_attempt};
+    use crate::support::attempts::{insert_new, new_attempt, owner};
 
     let database = crate::support::TestDatabase::create().await;
     let store = store_with_connections(&database, 1).await;
-    let now = chargeguard::store::CallerTime { now: chrono::Utc::now(), shift: chrono::Duration::zero() };
     for n in 0..3 {
-        let new = pending_attempt(&format!("alone-{n}"), owner(), chrono::Duration::seconds(30), chrono::Duration::seconds(60), now);
-        let written = insert_new(&*store, &new).await;
+        let written = insert_new(&*store, &new_attempt(&format!("alone-{n}"), owner())).await;
         let read = store.find_by_id(None, written.id).await.expect("the read gets the one connection");
         assert_eq!(read.map(|attempt| attempt.id), Some(written.id));
     }

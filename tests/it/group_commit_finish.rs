@@ -12,22 +12,14 @@ use std::sync::Arc;
 use chargeguard::domain::{
     Attempt, AttemptStatus, Failure, LeaseOwner, ListProgress, NextAction,
 };
-use chargeguard::store::{AttemptStore, CallerTime, NewAttempt, RoundResult};
-use chrono::{Duration, Utc};
+use chargeguard::store::{AttemptStore, RoundResult};
+use chrono::Duration;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::group_commit::{QUEUE_SETTLE, lock_writes, wait_for_a_blocked_batch};
-use crate::support::attempts::{insert_new, lease_request, owner, pending_attempt, round};
+use crate::support::attempts::{insert_new, lease_request, new_attempt, now, owner, round};
 use crate::support::{Backend, TestDatabase};
-
-fn now() -> CallerTime {
-    CallerTime { now: Utc::now(), shift: Duration::zero() }
-}
-
-fn new_attempt(operation: &str, holder: LeaseOwner) -> NewAttempt {
-    pending_attempt(operation, holder, Duration::seconds(30), Duration::seconds(60), now())
-}
 
 /// The state a row is in when its round's result arrives.
 #[derive(Clone, Copy, Debug)]

@@ -50,6 +50,17 @@ pub fn pending_attempt(
     }
 }
 
+/// The caller's time on the database's clock: now, no shift.
+pub fn now() -> CallerTime {
+    CallerTime { now: chrono::Utc::now(), shift: Duration::zero() }
+}
+
+/// A pending attempt for `operation` held by `holder` for 30 s, due for recovery a minute after
+/// it is written.
+pub fn new_attempt(operation: &str, holder: LeaseOwner) -> NewAttempt {
+    pending_attempt(operation, holder, Duration::seconds(30), Duration::seconds(60), now())
+}
+
 /// Inserts `new`, which must be a new operation.
 pub async fn insert_new(store: &dyn AttemptStore, new: &NewAttempt) -> Attempt {
     match store.insert_pending(new).await.unwrap() {

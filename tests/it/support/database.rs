@@ -110,8 +110,14 @@ impl TestDatabase {
 
     /// The store itself, migrated, through the same `store::open` the service uses.
     pub async fn open_store(&self) -> Arc<dyn AttemptStore> {
+        self.open_store_with(|_| {}).await
+    }
+
+    /// The same, with `customize` applied to the default configuration first.
+    pub async fn open_store_with(&self, customize: impl FnOnce(&mut Config)) -> Arc<dyn AttemptStore> {
         let mut config = Config::default();
         self.configure(&mut config);
+        customize(&mut config);
         let opened = chargeguard::store::open(&config.database).await.expect("store opens");
         opened.migrate().await.expect("migrations apply");
         opened.into_store()
