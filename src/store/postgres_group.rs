@@ -20,7 +20,7 @@ use sqlx::postgres::{PgPool, PgRow};
 use uuid::Uuid;
 
 use super::group_commit::{BatchError, BatchStatement, GroupCommitLimits, GroupCommitter};
-use super::postgres::{PING_IF_IDLE_FOR, finish_round_statement, insert_pending_statement, status_names};
+use super::postgres::{PING_IF_IDLE_FOR, finish_round_statement, insert_pending_statement, status_names, unavailable};
 use super::row::{attempt_from_row, encode_progress};
 use super::{CallerTime, NewAttempt, RoundResult, StoreError, micros_of};
 use crate::domain::{Attempt, CustomerId, Description, LeaseOwner};
@@ -178,8 +178,7 @@ impl BatchStatement for ChargeWrites {
     }
 
     async fn run_one(&self, request: &ChargeWrite) -> Result<RowAnswer, StoreError> {
-        let (mut connection, since) =
-            self.kept.take_or_acquire(&self.pool).await.map_err(|error| StoreError::Unavailable(error.to_string()))?;
+        let (mut connection, since) = self.kept.take_or_acquire(&self.pool).await.map_err(unavailable)?;
         let answer = match request {
             ChargeWrite::Insert(new) => insert_pending_statement(&mut *connection, new).await,
             ChargeWrite::Finish(finish) => finish_round_statement(&mut *connection, finish).await,
