@@ -16,13 +16,10 @@ SECONDS_EACH=${BENCH_SECONDS:-8}
 DB=cg_bench_batch
 BIN=target/release/chargeguard
 [ -x "$BIN" ] || cargo build --release --quiet
-psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
-trap 'psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
-CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$BIN" migrate >/dev/null
-CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$BIN" bench seed --settled 100000 >/dev/null 2>&1
-
 # shellcheck source=bench/common.sh
 source bench/common.sh
+trap 'psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
+seeded_database "$BIN" "$DB" 100000
 measure() { # label script clients rows-per-transaction
   local before after out transactions
   before=$(postgres_ticks)

@@ -107,6 +107,14 @@ print(json.dumps(means, sort_keys=True))
 PY
 }
 
+# seeded_database BIN DB ROWS: DB dropped and created again, migrated by BIN, and ROWS settled
+# attempts seeded into it (PGHOST, PGPORT and PGUSER name the server).
+seeded_database() {
+  psql -d postgres -qc "DROP DATABASE IF EXISTS $2 WITH (FORCE)" -c "CREATE DATABASE $2" >/dev/null
+  CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$2" "$1" migrate >/dev/null
+  CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$2" "$1" bench seed --settled "$3" >/dev/null 2>&1
+}
+
 # stop_all: stops the simulator and the service this script started (sim_pid, serve_pid), and
 # waits for each to exit (a service's backends flush their statistics as they exit).
 stop_all() {

@@ -86,9 +86,7 @@ sim_pid="" serve_pid=""
 trap 'stop_all; psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
 
 fresh_database() { # binary
-  psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
-  CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$1" migrate >/dev/null
-  CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$1" bench seed --settled "$TABLE_ROWS" >/dev/null 2>&1
+  seeded_database "$1" "$DB" "$TABLE_ROWS"
 }
 
 # run_build ROUND LABEL: one measured run of the binary LABEL; appends a line to runs.jsonl.

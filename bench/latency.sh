@@ -31,9 +31,7 @@ source bench/common.sh
 mkdir -p "$OUT"
 [ -x "$BIN" ] || cargo build --release --quiet
 
-psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB" >/dev/null
-CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$BIN" migrate >/dev/null
-CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" "$BIN" bench seed --settled "$TABLE_ROWS" >/dev/null 2>&1
+seeded_database "$BIN" "$DB" "$TABLE_ROWS"
 sim_pid="" serve_pid=""
 trap 'stop_all; psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true' EXIT
 start_sim_and_serve "$BIN" "$CONCURRENCY" latency "$@"
