@@ -211,7 +211,8 @@ impl State {
         self.index_queue
             .push_back((now.saturating_add(lag), intent.clone()));
         if let Some(event) = event {
-            self.webhooks.emit(event, intent.render(), now, ctx);
+            self.webhooks
+                .emit(event, &intent.id, || intent.render(), now, ctx);
         }
         self.payment_intents.insert(intent.id.clone(), intent);
     }
@@ -677,12 +678,12 @@ impl State {
         intent.amount_refunded += amount;
         let body = refund.render();
         self.webhooks
-            .emit("refund.created", body.clone(), ctx.now, Some(ctx));
+            .emit_rendered("refund.created", body.clone(), ctx.now, Some(ctx));
         if status == RefundStatus::Succeeded
             && let Some(charge) = intent.render_charge()
         {
             self.webhooks
-                .emit("charge.refunded", charge, ctx.now, Some(ctx));
+                .emit_rendered("charge.refunded", charge, ctx.now, Some(ctx));
         }
         self.refunds.insert(refund.id.clone(), refund);
         self.payment_intents.insert(intent.id.clone(), intent);
@@ -713,13 +714,13 @@ impl State {
         }
         refund.status = RefundStatus::Succeeded;
         let body = refund.render();
-        self.webhooks.emit("refund.updated", body.clone(), now, None);
+        self.webhooks.emit_rendered("refund.updated", body.clone(), now, None);
         if let Some(charge) = self
             .payment_intents
             .get(&refund.payment_intent)
             .and_then(PaymentIntent::render_charge)
         {
-            self.webhooks.emit("charge.refunded", charge, now, None);
+            self.webhooks.emit_rendered("charge.refunded", charge, now, None);
         }
         self.refunds.insert(refund.id.clone(), refund);
         Ok(body)
@@ -749,10 +750,10 @@ impl State {
             self.refund_failures.remove(&(at, refund.seq));
         }
         let body = refund.render();
-        self.webhooks.emit("refund.updated", body.clone(), now, None);
-        self.webhooks.emit("refund.failed", body.clone(), now, None);
+        self.webhooks.emit_rendered("refund.updated", body.clone(), now, None);
+        self.webhooks.emit_rendered("refund.failed", body.clone(), now, None);
         self.webhooks
-            .emit("charge.refund.updated", body.clone(), now, None);
+            .emit_rendered("charge.refund.updated", body.clone(), now, None);
         self.refunds.insert(refund.id.clone(), refund);
         self.payment_intents.insert(intent.id.clone(), intent);
         Ok(body)
@@ -805,7 +806,7 @@ impl State {
         intent.disputed = true;
         let body = dispute.render();
         self.webhooks
-            .emit("charge.dispute.created", body.clone(), now, None);
+            .emit_rendered("charge.dispute.created", body.clone(), now, None);
         self.disputes.insert(dispute.id.clone(), dispute);
         self.payment_intents.insert(intent.id.clone(), intent);
         Ok(body)
@@ -827,7 +828,7 @@ impl State {
         dispute.status = close.status;
         let body = dispute.render();
         self.webhooks
-            .emit("charge.dispute.closed", body.clone(), now, None);
+            .emit_rendered("charge.dispute.closed", body.clone(), now, None);
         self.disputes.insert(dispute.id.clone(), dispute);
         Ok(body)
     }
