@@ -2,6 +2,7 @@
 //! async-stripe's types; everything it returns is classified into the few cases the orchestrator
 //! must tell apart.
 
+mod create_intent;
 mod stripe;
 mod transport;
 

@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -6,13 +6,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use stripe::{ApiErrors, ApiErrorsType, RequestStrategy, StripeError, StripeRequest};
 use stripe_core::payment_intent::{
-    CancelPaymentIntent, ConfirmPaymentIntent, CreatePaymentIntent, ListPaymentIntent, RetrievePaymentIntent,
+    CancelPaymentIntent, ConfirmPaymentIntent, ListPaymentIntent, RetrievePaymentIntent,
     SearchPaymentIntent,
 };
 use stripe_core::refund::{CreateRefund as StripeCreateRefund, CreateRefundReason, ListRefund, RetrieveRefund};
 use stripe_core::{PaymentIntent, PaymentIntentStatus, Refund};
 use stripe_types::{Currency as StripeCurrency, RangeBoundsTs, RangeQueryTs};
 
+use super::create_intent::CreateConfirmedIntent;
 use super::transport::{CallError, PooledStripeClient};
 use super::{
     ConfirmPayment, CreateOutcome, CreatePayment, CreateRefund, CreatedRange, METADATA_ATTEMPT_ID,
@@ -95,21 +96,14 @@ impl PaymentProvider for StripeProvider {
     async fn create_payment(&self, request: CreatePayment<'_>) -> Result<CreateOutcome, ProviderError> {
         let currency = StripeCurrency::from_str(request.params.currency.code())
             .map_err(|_| ProviderError::NotExecuted("unsupported currency".to_owned()))?;
-        let metadata =
+        let metadata: BTreeMap<String, String> =
             tagged_metadata(&request.params.metadata, request.attempt_id, request.consumer, request.operation_key);
-        let mut create = CreatePaymentIntent::new(request.params.amount_minor, currency)
-            .confirm(true)
-            .payment_method(request.params.payment_method.as_str())
-            .metadata(metadata);
-        if let Some(customer) = &request.params.customer {
-            create = create.customer(customer.as_str());
-        }
-        if let Some(description) = &request.params.description {
-            create = create.description(description.as_str());
-        }
-        if let Some(return_url) = request.return_url {
-            create = create.return_url(return_url);
-        }
+        let params = request.params;
+        let create =
+            CreateConfirmedIntent::new(params.amount_minor, currency, params.payment_method.as_str(), &metadata)
+                .customer(params.customer.as_ref().map(|customer| customer.as_str()))
+                .description(params.description.as_ref().map(|description| description.as_str()))
+                .return_url(request.return_url);
         self.send_payment_write(&create, request.idempotency_key).await
     }
 
@@ -123,7 +117,7 @@ impl PaymentProvider for StripeProvider {
     }
 
     async fn create_refund(&self, request: CreateRefund<'_>) -> Result<RefundOutcome, ProviderError> {
-        let metadata = tagged_metadata(request.metadata, request.attempt_id, request.consumer, request.operation_key);
+        let metadata: HashMap<String, String> = tagged_metadata(request.metadata, request.attempt_id, request.consumer, request.operation_key);
         let mut create = StripeCreateRefund::new()
             .payment_intent(request.payment_id)
             .amount(request.amount_minor)
@@ -245,17 +239,22 @@ fn idempotent(key: &IdempotencyKey) -> Result<RequestStrategy, ProviderError> {
 
 /// The caller's metadata plus the keys naming the attempt, as every object chargeguard creates
 /// carries them.
-fn tagged_metadata(
+fn tagged_metadata<M>(
     caller: &Metadata,
     attempt_id: AttemptId,
     consumer: &ConsumerName,
     operation_key: &OperationKey,
-) -> HashMap<String, String> {
-    let mut metadata: HashMap<String, String> =
+) -> M
+where
+    M: FromIterator<(String, String)> + Extend<(String, String)>,
+{
+    let mut metadata: M =
         caller.entries().iter().map(|(key, value)| (key.clone(), value.clone())).collect();
-    metadata.insert(METADATA_ATTEMPT_ID.to_owned(), attempt_id.to_string());
-    metadata.insert(METADATA_CONSUMER.to_owned(), consumer.to_string());
-    metadata.insert(METADATA_OPERATION_KEY.to_owned(), operation_key.to_string());
+    metadata.extend([
+        (METADATA_ATTEMPT_ID.to_owned(), attempt_id.to_string()),
+        (METADATA_CONSUMER.to_owned(), consumer.to_string()),
+        (METADATA_OPERATION_KEY.to_owned(), operation_key.to_string()),
+    ]);
     metadata
 }
 
