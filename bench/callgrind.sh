@@ -7,8 +7,11 @@
 #   bash bench/callgrind.sh            # BENCH_CALLGRIND_REQUESTS=2000, 16 callers
 #
 # Per charge = (instructions of a run with N charges - those of a run that starts, becomes
-# ready and stops with none) / N. Runs: idle, on, off (BENCH_CALLGRIND_SUMMARY_ONLY=1 only
-# prints the figures of the last runs again). Callgrind counts user-space instructions only:
+# ready and stops with none) / N. Runs: idle, on, off, then the simulator alone the same way
+# (sim-idle, sim: `chargeguard stripe-sim` under callgrind, N creates sent straight to it by
+# `bench charge --provider-url`, as bench/run.sh's simulator-alone row does), since the
+# simulator shares the cores with the service in every benchmark (BENCH_CALLGRIND_SUMMARY_ONLY=1
+# only prints the figures of the last runs again). Callgrind counts user-space instructions only:
 # the kernel's share (socket writes, wake-ups) is in bench/run.sh's CPU table, not here. Needs the release build, PostgreSQL on
 # 127.0.0.1:5432 and valgrind. Results: $OUT/callgrind.json and the callgrind.out.* files.
 set -euo pipefail
@@ -19,6 +22,7 @@ OUT=${BENCH_OUT:-target/bench-callgrind}
 BIN=target/release/chargeguard
 DB=cg_bench_callgrind
 SIM_ADDR=127.0.0.1:18211
+SIM_ALONE_ADDR=127.0.0.1:18212
 GRPC_ADDR=127.0.0.1:18151
 HTTP_ADDR=127.0.0.1:18180
 SIM_API_KEY=sk_test_chargeguard
@@ -29,9 +33,9 @@ SUMMARY_ONLY=${BENCH_CALLGRIND_SUMMARY_ONLY:-0}
 mkdir -p "$OUT"
 [ "$SUMMARY_ONLY" = 1 ] || rm -f "$OUT"/callgrind.out.* "$OUT"/*.log
 
-sim_pid="" serve_pid=""
+sim_pid="" serve_pid="" sim_alone_pid=""
 cleanup() {
-  for pid in $serve_pid $sim_pid; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in $serve_pid $sim_pid $sim_alone_pid; do kill -TERM "$pid" 2>/dev/null || true; done
   psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -68,10 +72,29 @@ run() {
   serve_pid=""
 }
 
+# run_simulator label requests: instructions of a simulator process sent that many creates
+run_simulator() {
+  local label=$1 requests=$2
+  valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out.$label" \
+    "$BIN" stripe-sim --listen "$SIM_ALONE_ADDR" --api-key "$SIM_API_KEY" >"$OUT/$label.log" 2>&1 &
+  sim_alone_pid=$!
+  wait_http "http://$SIM_ALONE_ADDR/_sim/clock" 1200
+  if [ "$requests" -gt 0 ]; then
+    CHARGEGUARD_BENCH_PROVIDER_API_KEY=$SIM_API_KEY "$BIN" bench charge --provider-url "http://$SIM_ALONE_ADDR/" \
+      --label "$label" --concurrency "$CONCURRENCY" --connections 4 --requests "$requests" --warmup-seconds 0 \
+      --key-prefix "callgrind-$label-" --json-out "$OUT/load-$label.json" | grep -v '^{' | head -3 >&2
+  fi
+  kill -TERM "$sim_alone_pid"
+  wait "$sim_alone_pid" || true
+  sim_alone_pid=""
+}
+
 if [ "$SUMMARY_ONLY" != 1 ]; then
   run idle true 0
   run on true "$REQUESTS"
   run off false "$REQUESTS"
+  run_simulator sim-idle 0
+  run_simulator sim "$REQUESTS"
 fi
 python3 - "$REQUESTS" "$OUT" <<'PY'
 import json, os, sys
@@ -80,16 +103,20 @@ def summary(label):
     with open(os.path.join(out, f"callgrind.out.{label}")) as f:
         return next(int(line.split()[1]) for line in f if line.startswith("summary: "))
 idle, on, off = summary("idle"), summary("on"), summary("off")
+sim_idle, sim = summary("sim-idle"), summary("sim")
 def ok(label):
     with open(os.path.join(out, f"load-{label}.json")) as f:
         report = next(iter(json.load(f).values()))
     return report["ok"] if "ok" in report else sum(report["outcomes"].values())
 result = {"requests": n, "instructions_idle": idle, "instructions_on": on, "instructions_off": off,
           "ok_on": ok("on"), "ok_off": ok("off"),
-          "per_charge_on": (on - idle) / n, "per_charge_off": (off - idle) / n}
+          "per_charge_on": (on - idle) / n, "per_charge_off": (off - idle) / n,
+          "instructions_simulator_idle": sim_idle, "instructions_simulator": sim, "ok_simulator": ok("sim"),
+          "per_create_simulator": (sim - sim_idle) / n}
 print(json.dumps(result, indent=1))
 print(f"instructions per new charge in the service: group commit on {result['per_charge_on']:,.0f}, "
       f"off {result['per_charge_off']:,.0f} (on / off {result['per_charge_on'] / result['per_charge_off']:.2f})")
+print(f"instructions per create in the simulator: {result['per_create_simulator']:,.0f}")
 with open(os.path.join(out, "callgrind.json"), "w") as f:
     json.dump(result, f, indent=1)
 PY
