@@ -5,6 +5,7 @@
 # (this machine's VM exposes no hardware counters, so `perf stat -e instructions` cannot count).
 #
 #   bash bench/callgrind.sh            # BENCH_CALLGRIND_REQUESTS=2000, 16 callers
+#   BENCH_BIN=target/compare/a-REV bash bench/callgrind.sh   another build (bench/compare.sh keeps its builds there)
 #
 # Per charge = (instructions of a run with N charges - those of a run that starts, becomes
 # ready and stops with none) / N. Runs: idle, on, off, then the simulator alone the same way
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 REQUESTS=${BENCH_CALLGRIND_REQUESTS:-2000}
 CONCURRENCY=${BENCH_CONCURRENCY:-16}
 OUT=${BENCH_OUT:-target/bench-callgrind}
-BIN=target/release/chargeguard
+BIN=${BENCH_BIN:-target/release/chargeguard}
 DB=cg_bench_callgrind
 SIM_ADDR=127.0.0.1:18211
 SIM_ALONE_ADDR=127.0.0.1:18212
