@@ -14,6 +14,7 @@ mod render;
 pub use finance::{FinanceLinkArgs, finance_link};
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -351,10 +352,7 @@ fn metadata_map(pairs: Vec<(String, String)>) -> Result<HashMap<String, String>,
 /// Prints the answer on stdout, or the error on stderr, and picks the exit code.
 fn finish<T>(result: Result<T, ClientError>, render: impl FnOnce(T) -> String) -> ExitCode {
     match result {
-        Ok(response) => {
-            println!("{}", render(response));
-            ExitCode::SUCCESS
-        }
+        Ok(response) => print_answer(&render(response)),
         Err(error) => {
             eprintln!("{}", render::error(&error));
             if error.is_retryable() {
@@ -362,6 +360,21 @@ fn finish<T>(result: Result<T, ClientError>, render: impl FnOnce(T) -> String) -
             } else {
                 ExitCode::FAILURE
             }
+        }
+    }
+}
+
+/// Writes the answer to stdout. A reader that went away (`chargeguard charge … | head -1`) is
+/// not an error: the call was made and its answer recorded (`attempt get` shows it again), so
+/// the CLI ends quietly, as `head` expects; `println!` would panic there.
+fn print_answer(answer: &str) -> ExitCode {
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{answer}").and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: cannot write the answer to stdout: {error}");
+            ExitCode::FAILURE
         }
     }
 }

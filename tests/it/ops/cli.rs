@@ -239,6 +239,37 @@ async fn an_unreachable_server_is_a_retryable_failure() {
     );
 }
 
+/// `chargeguard charge … | head -0`: the reader is gone before the answer is written. The
+/// charge is made once and the CLI ends quietly rather than panicking on the closed pipe.
+#[tokio::test]
+async fn a_reader_that_went_away_ends_the_cli_quietly_after_the_charge() {
+    let app = TestApp::spawn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = command(dir.path())
+        .args(&CHARGE[..CHARGE.len() - 1])
+        .args(["--server", &format!("http://{}", app.grpc_addr)])
+        .env("CHARGEGUARD_TOKEN", ORDERS_TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The read end closes before the CLI has even connected: its answer meets a broken pipe.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "exit {}; stderr:\n{}",
+        output.status,
+        stderr(&output)
+    );
+    assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+    assert_eq!(
+        app.sim().ledger().await.unwrap().payment_intents.len(),
+        1,
+        "charged once"
+    );
+}
+
 #[tokio::test]
 async fn without_a_token_the_cli_says_where_to_get_one() {
     let dir = tempfile::tempdir().unwrap();
