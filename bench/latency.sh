@@ -9,6 +9,7 @@
 #
 #   bash bench/latency.sh                                  (about a minute; needs a release build)
 #   bash bench/latency.sh CHARGEGUARD_DATABASE__GROUP_COMMIT__ENABLED=false   extra settings for `serve`
+#   BENCH_BIN=target/compare/a-REV bash bench/latency.sh   another build (bench/compare.sh keeps its builds there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PGHOST=${BENCH_PGHOST:-127.0.0.1} PGPORT=${BENCH_PGPORT:-5432} PGUSER=${BENCH_PGUSER:-postgres}
@@ -20,7 +21,7 @@ SECONDS_WARMUP=${BENCH_WARMUP_SECONDS:-3}
 SIM_LATENCY_MS=${BENCH_SIM_LATENCY_MS:-20}
 TABLE_ROWS=${BENCH_TABLE_ROWS:-100000}
 OUT=${BENCH_OUT:-target/bench-latency}
-BIN=target/release/chargeguard
+BIN=${BENCH_BIN:-target/release/chargeguard}
 DB=cg_bench_latency
 SIM_ADDR=127.0.0.1:18411
 GRPC_ADDR=127.0.0.1:18451
