@@ -137,8 +137,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let core = Core::build(config, Arc::new(SystemClock)).await?;
             let outcome = core.orchestrator().try_sweep_once().await;
             core.close().await;
-            println!("sweep: {}", outcome?);
-            Ok(ExitCode::SUCCESS)
+            Ok(chargeguard::cli::print_answer(&format!("sweep: {}", outcome?)))
         }
         Command::Migrate => {
             let mut config = Config::load(cli.config.as_deref())?;
@@ -149,8 +148,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let location = chargeguard::store::DatabaseLocation::from_config(&config.database)?;
             let store = chargeguard::store::open(&config.database).await.context("opening the attempt store")?;
             store.migrate().await.context("applying migrations")?;
-            println!("migrations applied to {}", location.describe());
-            Ok(ExitCode::SUCCESS)
+            Ok(chargeguard::cli::print_answer(&format!("migrations applied to {}", location.describe())))
         }
         Command::StripeSim(args) => {
             chargeguard::simulator::cli::run(args).await?;
@@ -169,13 +167,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             match rechecked {
                 Ok(end) => {
                     let attempt = &end.attempt;
-                    println!(
+                    Ok(chargeguard::cli::print_answer(&format!(
                         "attempt {} is {}{}",
                         attempt.id,
                         attempt.status.as_str(),
                         end.provider_error.map(|error| format!(" (provider: {error})")).unwrap_or_default()
-                    );
-                    Ok(ExitCode::SUCCESS)
+                    )))
                 }
                 Err(error) => {
                     eprintln!("recheck failed: {error}");
@@ -196,8 +193,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             };
             anyhow::ensure!(!token.is_empty(), "empty token");
-            println!("{}", chargeguard::grpc::hash_token(&token));
-            Ok(ExitCode::SUCCESS)
+            Ok(chargeguard::cli::print_answer(&chargeguard::grpc::hash_token(&token)))
         }
         Command::Bench(command) => {
             chargeguard::bench::run(command, cli.config.as_deref()).await?;

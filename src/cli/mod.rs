@@ -364,10 +364,10 @@ fn finish<T>(result: Result<T, ClientError>, render: impl FnOnce(T) -> String) -
     }
 }
 
-/// Writes the answer to stdout. A reader that went away (`chargeguard charge … | head -1`) is
-/// not an error: the call was made and its answer recorded (`attempt get` shows it again), so
-/// the CLI ends quietly, as `head` expects; `println!` would panic there.
-fn print_answer(answer: &str) -> ExitCode {
+/// Writes a command's answer to stdout. A reader that went away (`chargeguard charge … | head -1`)
+/// is not an error: the command's work is done (a charge made and recorded, which `attempt get`
+/// shows again), so it ends quietly, as `head` expects; `println!` would panic there.
+pub fn print_answer(answer: &str) -> ExitCode {
     let mut stdout = std::io::stdout().lock();
     match writeln!(stdout, "{answer}").and_then(|()| stdout.flush()) {
         Ok(()) => ExitCode::SUCCESS,

@@ -270,6 +270,28 @@ async fn a_reader_that_went_away_ends_the_cli_quietly_after_the_charge() {
     );
 }
 
+/// The same for a command that needs no server (`hash-token`, as `migrate`, `sweep --once` and
+/// `attempt recheck` write their answer).
+#[tokio::test]
+async fn a_closed_pipe_ends_hash_token_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = command(dir.path())
+        .args(["hash-token", "a-token-of-some-length"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().await.unwrap();
+    assert!(
+        output.status.success(),
+        "exit {}; stderr:\n{}",
+        output.status,
+        stderr(&output)
+    );
+    assert!(!stderr(&output).contains("panicked"), "{}", stderr(&output));
+}
+
 #[tokio::test]
 async fn without_a_token_the_cli_says_where_to_get_one() {
     let dir = tempfile::tempdir().unwrap();
