@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::StoreError;
+use super::{CallerTime, StoreError};
 use crate::domain::{Attempt, AttemptId, AttemptStatus, Failure, NextAction};
 
 /// A verified event about to be stored.
@@ -48,12 +48,17 @@ impl Default for ClaimOwner {
     }
 }
 
-/// A claim on a batch: the rows stay this owner's until `expires_at`; after that another worker
-/// may take them, so a worker that died mid-batch loses nothing.
+/// A claim on a batch: the rows stay this owner's for `duration` from when the database takes
+/// the claim; after that another worker may take them, so a worker that died mid-batch loses
+/// nothing. Both ends are read off the database's clock, as an attempt's lease is: a worker whose
+/// own clock runs ahead would otherwise hold its rows for as long again after it died, and one
+/// whose clock runs behind would take rows whose claim another worker still holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Claim {
     pub owner: ClaimOwner,
-    pub expires_at: DateTime<Utc>,
+    pub duration: chrono::Duration,
+    /// The claiming process's time; the stores use its `shift` only (zero in the service).
+    pub time: CallerTime,
 }
 
 /// An unprocessed event as claimed by a worker.
@@ -263,13 +268,8 @@ pub trait InboxStore: Send + Sync + 'static {
     async fn insert_event(&self, event: &NewInboxEvent) -> Result<InboxInsert, StoreError>;
 
     /// Claims up to `batch_max` unprocessed rows, oldest first, whose claims are free or expired
-    /// at `now`. Concurrent workers never get the same row.
-    async fn claim_events(
-        &self,
-        claim: Claim,
-        now: DateTime<Utc>,
-        batch_max: u32,
-    ) -> Result<Vec<InboxEvent>, StoreError>;
+    /// by the database's clock. Concurrent workers never get the same row.
+    async fn claim_events(&self, claim: Claim, batch_max: u32) -> Result<Vec<InboxEvent>, StoreError>;
 
     /// The attempt that owns the provider object `provider_payment_id`, else the attempt whose
     /// id the object's metadata names.

@@ -13,7 +13,7 @@ use super::inbox::{
 };
 use super::postgres::{status_names, unavailable};
 use super::row::optional_attempt;
-use super::{AttemptStore, PostgresStore, StoreError};
+use super::{AttemptStore, PostgresStore, StoreError, micros_of};
 use crate::domain::{Attempt, AttemptId, AttemptKind, AttemptStatus};
 
 #[async_trait]
@@ -41,30 +41,30 @@ impl InboxStore for PostgresStore {
         })
     }
 
-    async fn claim_events(
-        &self,
-        claim: Claim,
-        now: DateTime<Utc>,
-        batch_max: u32,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
+    async fn claim_events(&self, claim: Claim, batch_max: u32) -> Result<Vec<InboxEvent>, StoreError> {
         // SKIP LOCKED: concurrent workers take different rows instead of queueing on the same
-        // ones; the claim then keeps the rows theirs after this statement commits.
+        // ones; the claim then keeps the rows theirs after this statement commits. The clock is
+        // the database's (see `Claim`).
         let rows = sqlx::query(
-            "UPDATE webhook_inbox
-             SET claim_owner = $1, claim_expires_at = $2, claim_count = claim_count + 1
+            "WITH clock AS (SELECT now() + $3 * interval '1 microsecond' AS database_now)
+             UPDATE webhook_inbox
+             SET claim_owner = $1,
+                 claim_expires_at = clock.database_now + $2 * interval '1 microsecond',
+                 claim_count = claim_count + 1
+             FROM clock
              WHERE event_id IN (
-                SELECT event_id FROM webhook_inbox
+                SELECT event_id FROM webhook_inbox, clock
                 WHERE processed_at IS NULL
-                  AND (claim_expires_at IS NULL OR claim_expires_at <= $3)
+                  AND (claim_expires_at IS NULL OR claim_expires_at <= clock.database_now)
                 ORDER BY received_at, event_id
                 LIMIT $4
-                FOR UPDATE SKIP LOCKED)
+                FOR UPDATE OF webhook_inbox SKIP LOCKED)
              RETURNING event_id, event_type, object_id, event_created_at, payload, received_at,
                        claim_count",
         )
         .bind(claim.owner.as_uuid())
-        .bind(claim.expires_at)
-        .bind(now)
+        .bind(micros_of(claim.duration))
+        .bind(claim.time.shift_micros())
         .bind(i64::from(batch_max))
         .fetch_all(self.pool())
         .await

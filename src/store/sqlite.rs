@@ -45,7 +45,7 @@ macro_rules! database_now {
     };
 }
 const DATABASE_NOW_2: &str = database_now!("2");
-const DATABASE_NOW_3: &str = database_now!("3");
+pub(super) const DATABASE_NOW_3: &str = database_now!("3");
 const DATABASE_NOW_14: &str = database_now!("14");
 const DATABASE_NOW_15: &str = database_now!("15");
 

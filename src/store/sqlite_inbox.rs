@@ -19,9 +19,9 @@ use super::inbox::{
 };
 use super::row::optional_attempt;
 use super::sqlite::{
-    SqliteStore, append_review_reason, instant_from_micros, micros, status_list, unavailable,
+    DATABASE_NOW_3, SqliteStore, append_review_reason, instant_from_micros, micros, status_list, unavailable,
 };
-use super::{AttemptStore, StoreError};
+use super::{AttemptStore, StoreError, micros_of};
 use crate::domain::{Attempt, AttemptId, AttemptKind, AttemptStatus};
 
 #[async_trait]
@@ -49,30 +49,26 @@ impl InboxStore for SqliteStore {
         })
     }
 
-    async fn claim_events(
-        &self,
-        claim: Claim,
-        now: DateTime<Utc>,
-        batch_max: u32,
-    ) -> Result<Vec<InboxEvent>, StoreError> {
+    async fn claim_events(&self, claim: Claim, batch_max: u32) -> Result<Vec<InboxEvent>, StoreError> {
         // One statement: it takes the database's write lock before its subquery reads, so a
         // concurrent claimer waits (up to busy_timeout) and then sees these claims (as
         // `store::SqliteStore::claim_due` does for attempts). A behaviour test races two workers.
-        let rows = sqlx::query(
+        // The clock is the database's (see `Claim`), as for attempts' leases.
+        let rows = sqlx::query(&format!(
             "UPDATE webhook_inbox
-             SET claim_owner = ?1, claim_expires_at = ?2, claim_count = claim_count + 1
+             SET claim_owner = ?1, claim_expires_at = {DATABASE_NOW_3} + ?2, claim_count = claim_count + 1
              WHERE event_id IN (
                 SELECT event_id FROM webhook_inbox
                 WHERE processed_at IS NULL
-                  AND (claim_expires_at IS NULL OR claim_expires_at <= ?3)
+                  AND (claim_expires_at IS NULL OR claim_expires_at <= {DATABASE_NOW_3})
                 ORDER BY received_at, event_id
                 LIMIT ?4)
              RETURNING event_id, event_type, object_id, event_created_at, payload, received_at,
-                       claim_count",
-        )
+                       claim_count"
+        ))
         .bind(claim.owner.as_uuid())
-        .bind(micros(claim.expires_at))
-        .bind(micros(now))
+        .bind(micros_of(claim.duration))
+        .bind(claim.time.shift_micros())
         .bind(i64::from(batch_max))
         .fetch_all(self.pool())
         .await

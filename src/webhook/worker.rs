@@ -12,7 +12,7 @@ use super::event::{RefundSubject, Subject, parse_subject};
 use crate::clock::Clock;
 use crate::domain::{Attempt, AttemptStatus};
 use crate::orchestrator::OutcomeCache;
-use crate::store::StoreError;
+use crate::store::{CallerTime, StoreError};
 use crate::store::inbox::{
     Claim, ClaimOwner, InboxEvent, InboxOutcome, InboxStore, SettleEvent, Settlement,
 };
@@ -88,16 +88,15 @@ impl InboxWorker {
     /// Claims and settles one batch. An unavailable database stops the batch: the events it did
     /// not settle stay claimed until their claim expires, then any worker takes them again.
     pub async fn try_drain_once(&self) -> Result<DrainOutcome, StoreError> {
-        let now = self.clock.now();
         let claim = Claim {
             owner: ClaimOwner::new(),
-            expires_at: now
-                + chrono::Duration::from_std(self.settings.claim_duration)
-                    .unwrap_or(chrono::Duration::MAX),
+            duration: chrono::Duration::from_std(self.settings.claim_duration)
+                .unwrap_or(chrono::Duration::MAX),
+            time: CallerTime::of(self.clock.as_ref()),
         };
         let events = self
             .store
-            .claim_events(claim, now, self.settings.batch_max)
+            .claim_events(claim, self.settings.batch_max)
             .await?;
         if events.is_empty() {
             return Ok(DrainOutcome::EmptyInbox);

@@ -14,7 +14,7 @@ use chargeguard::secret::Secret;
 use chargeguard::simulator::{AuthenticationOutcome, Endpoint, FaultKind, FaultSpec, WebhookMode};
 use chargeguard::store::postgres::PostgresPoolOptions;
 use chargeguard::store::sqlite::SqliteStoreOptions;
-use chargeguard::store::{PostgresStore, SqliteStore};
+use chargeguard::store::{CallerTime, PostgresStore, SqliteStore};
 use chargeguard::store::inbox::{Claim, ClaimOwner, InboxOutcome, InboxStore, SettleEvent};
 use chargeguard::webhook::decision;
 use chargeguard::webhook::event::{Subject, parse_subject};
@@ -806,13 +806,10 @@ async fn pruning_deletes_only_processed_events_older_than_the_retention_in_batch
     hooked.flush().await;
     let stuck_claim = Claim {
         owner: ClaimOwner::new(),
-        expires_at: hooked.app.clock.now() + day * 365,
+        duration: day * 365,
+        time: CallerTime::of(&*hooked.app.clock),
     };
-    let stuck = hooked
-        .store
-        .claim_events(stuck_claim, hooked.app.clock.now(), 1)
-        .await
-        .unwrap();
+    let stuck = hooked.store.claim_events(stuck_claim, 1).await.unwrap();
     assert_eq!(stuck.len(), 1);
 
     for index in 0..3 {
@@ -891,12 +888,12 @@ async fn two_workers_in_one_process_drain_one_inbox_and_each_event_is_applied_on
     assert_eq!(hooked.inbox().await.len(), CHARGES);
 
     // Two claims at once, each asking for more than half: they split the inbox between them.
-    let now = hooked.app.clock.now();
-    let claim = || Claim { owner: ClaimOwner::new(), expires_at: now + chrono::Duration::from_std(CLAIM).unwrap() };
-    let (first, second) = tokio::join!(
-        hooked.store.claim_events(claim(), now, 4),
-        hooked.store.claim_events(claim(), now, 4)
-    );
+    let claim = || Claim {
+        owner: ClaimOwner::new(),
+        duration: chrono::Duration::from_std(CLAIM).unwrap(),
+        time: CallerTime::of(&*hooked.app.clock),
+    };
+    let (first, second) = tokio::join!(hooked.store.claim_events(claim(), 4), hooked.store.claim_events(claim(), 4));
     let mut claimed: Vec<String> =
         first.unwrap().into_iter().chain(second.unwrap()).map(|event| event.event_id).collect();
     claimed.sort();
@@ -1176,12 +1173,12 @@ async fn settle_as_if_pending(
     );
     let signature = sign(&Secret::new(SECRET), wall_now(), body.as_bytes());
     assert_eq!(hooked.post(&body, Some(signature)).await, reqwest::StatusCode::OK);
-    let now = hooked.app.clock.now();
     let claim = Claim {
         owner: ClaimOwner::new(),
-        expires_at: now + chrono::Duration::minutes(1),
+        duration: chrono::Duration::minutes(1),
+        time: CallerTime::of(&*hooked.app.clock),
     };
-    let claimed = hooked.store.claim_events(claim, now, 10).await.unwrap();
+    let claimed = hooked.store.claim_events(claim, 10).await.unwrap();
     assert_eq!(claimed.len(), 1);
     let Subject::Payment { snapshot, .. } =
         parse_subject(&claimed[0].event_type, &claimed[0].payload).unwrap()
@@ -1198,7 +1195,7 @@ async fn settle_as_if_pending(
         // duplicate of the other.
         dedup_key: Some((format!("{event_id}-object"), "payment_intent.succeeded".into())),
         settlement,
-        now,
+        now: hooked.app.clock.now(),
     };
     hooked.store.settle_event(&settle).await.unwrap().expect("the claim is held")
 }
