@@ -73,21 +73,23 @@ async fn the_next_worker_takes_the_two_left_once_the_claim_expires(
     settled
 }
 
-/// A real `chargeguard serve` process drains the inbox and is killed by a crash point after the
-/// first event of its batch; the next worker finds the rest claimed until the claim expires,
-/// then finishes the batch. Every event is settled exactly once.
-async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_batch(
-    backend: Backend,
-) {
-    let hooked = Hooked::spawn_on(backend).await;
+/// Three charges whose create answers were lost (`operation_prefix-0` … `-2`), so the inbox
+/// holds their three events; then a real `chargeguard serve` whose clock is moved by
+/// `worker_clock` claims all three and dies after settling the first. Checks that it settled
+/// one and left the other two claimed, and returns the settled event's id.
+async fn a_worker_dies_after_settling_one_of_three(
+    hooked: &Hooked,
+    operation_prefix: &str,
+    worker_clock: ClockOffset,
+) -> String {
     hooked.lose_create_answers(3).await;
     for index in 0..3 {
-        charge_with_lost_answer(&hooked, &format!("order-crash-{index}")).await;
+        charge_with_lost_answer(hooked, &format!("{operation_prefix}-{index}")).await;
     }
     hooked.flush().await;
     assert_eq!(hooked.inbox().await.len(), 3);
 
-    run_worker_that_crashes_mid_batch(&hooked, ClockOffset::NONE).await;
+    run_worker_that_crashes_mid_batch(hooked, worker_clock).await;
 
     let rows: Vec<(String, Option<String>, i32)> = on_pool!(hooked, |pool| {
         sqlx::query_as(
@@ -119,10 +121,22 @@ async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_b
         2,
         "the rest still claimed by the dead worker"
     );
+    settled_by_child[0].0.clone()
+}
+
+/// A real `chargeguard serve` process drains the inbox and is killed by a crash point after the
+/// first event of its batch; the next worker finds the rest claimed until the claim expires,
+/// then finishes the batch. Every event is settled exactly once.
+async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_batch(
+    backend: Backend,
+) {
+    let hooked = Hooked::spawn_on(backend).await;
+    let settled_by_child =
+        a_worker_dies_after_settling_one_of_three(&hooked, "order-crash", ClockOffset::NONE).await;
 
     let settled = the_next_worker_takes_the_two_left_once_the_claim_expires(&hooked).await;
     assert!(
-        settled.iter().all(|s| s.event_id != settled_by_child[0].0),
+        settled.iter().all(|s| s.event_id != settled_by_child),
         "the settled event is not settled again"
     );
 
@@ -134,7 +148,7 @@ async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_b
     }
     let claims: Vec<(i32,)> = on_pool!(hooked, |pool| {
         sqlx::query_as("SELECT claim_count FROM webhook_inbox WHERE event_id <> $1")
-            .bind(&settled_by_child[0].0)
+            .bind(&settled_by_child)
             .fetch_all(pool)
             .await
             .unwrap()
@@ -159,24 +173,6 @@ async fn a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_b
 
 on_both_backends!(a_worker_killed_mid_batch_loses_nothing_and_the_next_one_finishes_the_batch);
 
-/// The events of one worker's batch, as it left them: settled, or still claimed by it.
-async fn left_by_the_dead_worker(hooked: &Hooked) -> (usize, usize) {
-    let rows: Vec<(bool, bool)> = on_pool!(hooked, |pool| {
-        sqlx::query_as(
-            "SELECT processed_at IS NOT NULL, claim_owner IS NOT NULL FROM webhook_inbox",
-        )
-        .fetch_all(pool)
-        .await
-        .unwrap()
-    });
-    let settled = rows.iter().filter(|(settled, _)| *settled).count();
-    let claimed = rows
-        .iter()
-        .filter(|(settled, claimed)| !settled && *claimed)
-        .count();
-    (settled, claimed)
-}
-
 /// A worker whose clock is `worker_clock` off the database's claims a batch of three events and
 /// dies after settling the first. Its claim on the other two lasts the claim's length by the
 /// database's clock, however wrong its own: nobody takes them before (a worker behind would
@@ -187,17 +183,7 @@ async fn a_dead_workers_claim_lasts_its_length_by_the_database_clock_whatever_it
     worker_clock: ClockOffset,
 ) {
     let hooked = Hooked::spawn().await;
-    hooked.lose_create_answers(3).await;
-    for index in 0..3 {
-        charge_with_lost_answer(&hooked, &format!("order-skewed-worker-{index}")).await;
-    }
-    hooked.flush().await;
-    run_worker_that_crashes_mid_batch(&hooked, worker_clock).await;
-    assert_eq!(
-        left_by_the_dead_worker(&hooked).await,
-        (1, 2),
-        "killed after settling one event"
-    );
+    a_worker_dies_after_settling_one_of_three(&hooked, "order-skewed-worker", worker_clock).await;
 
     the_next_worker_takes_the_two_left_once_the_claim_expires(&hooked).await;
     for index in 0..3 {
