@@ -212,7 +212,7 @@ impl State {
             .push_back((now.saturating_add(lag), intent.clone()));
         if let Some(event) = event {
             self.webhooks
-                .emit(event, &intent.id, || intent.render(), now, ctx);
+                .emit(event, intent.id.clone(), || intent.render(), now, ctx);
         }
         self.payment_intents.insert(intent.id.clone(), intent);
     }

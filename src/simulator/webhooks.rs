@@ -169,7 +169,7 @@ impl Webhooks {
     /// [`Self::emit`] for an object already rendered.
     pub fn emit_rendered(&self, event_type: &str, object: Value, now: i64, ctx: Option<&ExecContext>) {
         let object_id = object.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
-        self.emit(event_type, &object_id, || object, now, ctx);
+        self.emit(event_type, object_id, || object, now, ctx);
     }
 
     /// Records an event of `event_type` about the object `object_id` and queues its delivery.
@@ -179,12 +179,11 @@ impl Webhooks {
     pub fn emit(
         &self,
         event_type: &str,
-        object_id: &str,
+        object_id: String,
         render: impl FnOnce() -> Value,
         now: i64,
         ctx: Option<&ExecContext>,
     ) {
-        let object_id = object_id.to_owned();
         let mut inner = self.lock();
         let object = inner.target.is_some().then(render);
         let copies = match inner.mode {
