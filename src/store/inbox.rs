@@ -19,7 +19,10 @@ pub struct NewInboxEvent {
     pub event_created_at: DateTime<Utc>,
     /// The raw body, exactly as signed.
     pub payload: String,
-    pub received_at: DateTime<Utc>,
+    /// The receiving process's time; the stores use its `shift` only: `received_at` is the
+    /// database's reading, as every instant another process compares against is (retention
+    /// measures it from the pruning process, claims take the oldest first).
+    pub time: CallerTime,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,13 +250,21 @@ pub struct SettleEvent {
     /// `None` when the event has no readable object.
     pub dedup_key: Option<(String, String)>,
     pub settlement: Settlement,
-    pub now: DateTime<Utc>,
+    /// The settling worker's time; the stores use its `shift` only. Every instant the settle
+    /// writes (`processed_at`, the de-duplication key's `recorded_at`, an attempt's `updated_at`
+    /// and `action_started_at`) is the database's reading at the settle: the sweep measures a
+    /// customer's time to authenticate from `action_started_at` on the database's clock, so a
+    /// worker whose clock ran behind would have it cancel the intent early.
+    pub time: CallerTime,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InboxStats {
     pub unprocessed: u64,
     pub oldest_unprocessed_received_at: Option<DateTime<Utc>>,
+    /// The database's clock at the reading (plus the caller's shift): what the oldest row's
+    /// age is measured against, as its `received_at` was stamped by it.
+    pub database_now: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -294,13 +305,17 @@ pub trait InboxStore: Send + Sync + 'static {
     /// was written.
     async fn settle_event(&self, settle: &SettleEvent) -> Result<Option<InboxOutcome>, StoreError>;
 
-    async fn inbox_stats(&self) -> Result<InboxStats, StoreError>;
+    async fn inbox_stats(&self, time: CallerTime) -> Result<InboxStats, StoreError>;
 
     /// Deletes at most `batch_max` processed inbox rows and at most `batch_max` de-duplication
-    /// keys received before `cutoff`. Unprocessed rows are never deleted.
+    /// keys received more than `retention` ago by the database's clock (plus `time`'s shift),
+    /// the clock that stamped them: a pruning process whose own clock ran ahead would otherwise
+    /// delete keys early, and a resent event could then be applied twice. Unprocessed rows are
+    /// never deleted.
     async fn prune_processed(
         &self,
-        cutoff: DateTime<Utc>,
+        retention: chrono::Duration,
+        time: CallerTime,
         batch_max: u32,
     ) -> Result<PruneCounts, StoreError>;
 }

@@ -13,7 +13,7 @@ use super::inbox::{
 };
 use super::postgres::{status_names, unavailable};
 use super::row::optional_attempt;
-use super::{AttemptStore, PostgresStore, StoreError, micros_of};
+use super::{AttemptStore, CallerTime, PostgresStore, StoreError, micros_of};
 use crate::domain::{Attempt, AttemptId, AttemptKind, AttemptStatus};
 
 #[async_trait]
@@ -22,7 +22,7 @@ impl InboxStore for PostgresStore {
         let inserted = sqlx::query(
             "INSERT INTO webhook_inbox (
                 event_id, event_type, object_id, event_created_at, payload, received_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
+             VALUES ($1, $2, $3, $4, $5, now() + $6 * interval '1 microsecond')
              ON CONFLICT (event_id) DO NOTHING",
         )
         .bind(&event.event_id)
@@ -30,7 +30,7 @@ impl InboxStore for PostgresStore {
         .bind(event.object_id.as_deref())
         .bind(event.event_created_at)
         .bind(&event.payload)
-        .bind(event.received_at)
+        .bind(event.time.shift_micros())
         .execute(self.pool())
         .await
         .map_err(unavailable)?;
@@ -135,23 +135,26 @@ impl InboxStore for PostgresStore {
 
     async fn settle_event(&self, settle: &SettleEvent) -> Result<Option<InboxOutcome>, StoreError> {
         let mut tx = self.pool().begin().await.map_err(unavailable)?;
-        let held = sqlx::query(
-            "SELECT 1 FROM webhook_inbox
+        // The settle's one instant, read off the database's clock with the claim check (`now()`
+        // is the transaction's start): every column it writes carries it.
+        let held: Option<DateTime<Utc>> = sqlx::query_scalar(
+            "SELECT now() + $3 * interval '1 microsecond' FROM webhook_inbox
              WHERE event_id = $1 AND claim_owner = $2 AND processed_at IS NULL
              FOR UPDATE",
         )
         .bind(&settle.event_id)
         .bind(settle.owner.as_uuid())
+        .bind(settle.time.shift_micros())
         .fetch_optional(&mut *tx)
         .await
         .map_err(unavailable)?;
-        if held.is_none() {
+        let Some(now) = held else {
             tx.rollback().await.map_err(unavailable)?;
             return Ok(None);
-        }
+        };
         let first_event = match &settle.dedup_key {
             Some((object_id, event_type)) => {
-                Some(record_dedup_key(&mut tx, object_id, event_type, settle).await?)
+                Some(record_dedup_key(&mut tx, object_id, event_type, &settle.event_id, now).await?)
             }
             None => None,
         };
@@ -161,7 +164,7 @@ impl InboxStore for PostgresStore {
                 settlement_attempt(&settle.settlement),
                 Some(format!("duplicate of {first}")),
             ),
-            _ => apply_settlement(&mut tx, &settle.settlement, settle.now).await?,
+            _ => apply_settlement(&mut tx, &settle.settlement, now).await?,
         };
         sqlx::query(
             "UPDATE webhook_inbox
@@ -170,7 +173,7 @@ impl InboxStore for PostgresStore {
              WHERE event_id = $1",
         )
         .bind(&settle.event_id)
-        .bind(settle.now)
+        .bind(now)
         .bind(outcome.as_str())
         .bind(attempt_id.map(AttemptId::as_uuid))
         .bind(detail)
@@ -181,11 +184,13 @@ impl InboxStore for PostgresStore {
         Ok(Some(outcome))
     }
 
-    async fn inbox_stats(&self) -> Result<InboxStats, StoreError> {
+    async fn inbox_stats(&self, time: CallerTime) -> Result<InboxStats, StoreError> {
         let row = sqlx::query(
-            "SELECT count(*) AS unprocessed, min(received_at) AS oldest
+            "SELECT count(*) AS unprocessed, min(received_at) AS oldest,
+                    now() + $1 * interval '1 microsecond' AS database_now
              FROM webhook_inbox WHERE processed_at IS NULL",
         )
+        .bind(time.shift_micros())
         .fetch_one(self.pool())
         .await
         .map_err(unavailable)?;
@@ -193,23 +198,27 @@ impl InboxStore for PostgresStore {
         Ok(InboxStats {
             unprocessed: u64::try_from(unprocessed).unwrap_or_default(),
             oldest_unprocessed_received_at: row.try_get("oldest").map_err(unavailable)?,
+            database_now: row.try_get("database_now").map_err(unavailable)?,
         })
     }
 
     async fn prune_processed(
         &self,
-        cutoff: DateTime<Utc>,
+        retention: chrono::Duration,
+        time: CallerTime,
         batch_max: u32,
     ) -> Result<PruneCounts, StoreError> {
+        let cutoff_shift_us = time.shift_micros().saturating_sub(micros_of(retention));
         // Bounded deletes, each its own short statement, so retention never holds many row
         // locks; SKIP LOCKED keeps it off rows a worker is settling.
         let inbox = self
             .delete_batch(
                 "DELETE FROM webhook_inbox WHERE event_id IN (
                     SELECT event_id FROM webhook_inbox
-                    WHERE processed_at IS NOT NULL AND received_at < $1
+                    WHERE processed_at IS NOT NULL
+                      AND received_at < now() + $1 * interval '1 microsecond'
                     ORDER BY received_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                cutoff,
+                cutoff_shift_us,
                 batch_max,
             )
             .await?;
@@ -217,9 +226,9 @@ impl InboxStore for PostgresStore {
             .delete_batch(
                 "DELETE FROM webhook_dedup WHERE (object_id, event_type) IN (
                     SELECT object_id, event_type FROM webhook_dedup
-                    WHERE recorded_at < $1
+                    WHERE recorded_at < now() + $1 * interval '1 microsecond'
                     ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-                cutoff,
+                cutoff_shift_us,
                 batch_max,
             )
             .await?;
@@ -231,15 +240,16 @@ impl InboxStore for PostgresStore {
 }
 
 impl PostgresStore {
-    /// Runs one bounded delete taking `$1` (cutoff) and `$2` (batch size); returns rows deleted.
+    /// Runs one bounded delete taking `$1` (the cutoff's distance from the database's clock, in
+    /// microseconds) and `$2` (batch size); returns rows deleted.
     async fn delete_batch(
         &self,
         sql: &'static str,
-        cutoff: DateTime<Utc>,
+        cutoff_shift_us: i64,
         batch_max: u32,
     ) -> Result<u64, StoreError> {
         let deleted = sqlx::query(sql)
-            .bind(cutoff)
+            .bind(cutoff_shift_us)
             .bind(i64::from(batch_max))
             .execute(self.pool())
             .await
@@ -255,7 +265,8 @@ async fn record_dedup_key(
     tx: &mut Transaction<'_, Postgres>,
     object_id: &str,
     event_type: &str,
-    settle: &SettleEvent,
+    event_id: &str,
+    now: DateTime<Utc>,
 ) -> Result<String, StoreError> {
     let row = sqlx::query(
         "INSERT INTO webhook_dedup (object_id, event_type, event_id, recorded_at)
@@ -265,8 +276,8 @@ async fn record_dedup_key(
     )
     .bind(object_id)
     .bind(event_type)
-    .bind(&settle.event_id)
-    .bind(settle.now)
+    .bind(event_id)
+    .bind(now)
     .fetch_one(&mut **tx)
     .await
     .map_err(unavailable)?;

@@ -44,8 +44,10 @@ macro_rules! database_now {
         concat!("(CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?", $parameter, ")")
     };
 }
+pub(super) const DATABASE_NOW_1: &str = database_now!("1");
 const DATABASE_NOW_2: &str = database_now!("2");
 pub(super) const DATABASE_NOW_3: &str = database_now!("3");
+pub(super) const DATABASE_NOW_6: &str = database_now!("6");
 const DATABASE_NOW_14: &str = database_now!("14");
 const DATABASE_NOW_15: &str = database_now!("15");
 

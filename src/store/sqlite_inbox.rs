@@ -19,26 +19,26 @@ use super::inbox::{
 };
 use super::row::optional_attempt;
 use super::sqlite::{
-    DATABASE_NOW_3, SqliteStore, append_review_reason, instant_from_micros, micros, status_list, unavailable,
+    DATABASE_NOW_1, DATABASE_NOW_3, DATABASE_NOW_6, SqliteStore, append_review_reason, instant_from_micros, micros, status_list, unavailable,
 };
-use super::{AttemptStore, StoreError, micros_of};
+use super::{AttemptStore, CallerTime, StoreError, micros_of};
 use crate::domain::{Attempt, AttemptId, AttemptKind, AttemptStatus};
 
 #[async_trait]
 impl InboxStore for SqliteStore {
     async fn insert_event(&self, event: &NewInboxEvent) -> Result<InboxInsert, StoreError> {
-        let inserted = sqlx::query(
+        let inserted = sqlx::query(&format!(
             "INSERT INTO webhook_inbox (
                 event_id, event_type, object_id, event_created_at, payload, received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             VALUES (?1, ?2, ?3, ?4, ?5, {DATABASE_NOW_6})
              ON CONFLICT (event_id) DO NOTHING",
-        )
+        ))
         .bind(&event.event_id)
         .bind(&event.event_type)
         .bind(event.object_id.as_deref())
         .bind(micros(event.event_created_at))
         .bind(&event.payload)
-        .bind(micros(event.received_at))
+        .bind(event.time.shift_micros())
         .execute(self.pool())
         .await
         .map_err(unavailable)?;
@@ -141,22 +141,27 @@ impl InboxStore for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(unavailable)?;
-        let held = sqlx::query(
-            "SELECT 1 FROM webhook_inbox
+        // The settle's one instant, read off the database's clock with the claim check: every
+        // column it writes carries it.
+        let held: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT {DATABASE_NOW_3} FROM webhook_inbox
              WHERE event_id = ?1 AND claim_owner = ?2 AND processed_at IS NULL",
-        )
+        ))
         .bind(&settle.event_id)
         .bind(settle.owner.as_uuid())
+        .bind(settle.time.shift_micros())
         .fetch_optional(&mut *tx)
         .await
         .map_err(unavailable)?;
-        if held.is_none() {
+        let Some(now) = held else {
             tx.rollback().await.map_err(unavailable)?;
             return Ok(None);
-        }
+        };
+        let now = instant_from_micros(now)
+            .map_err(|error| StoreError::Corrupt(format!("the database's clock: {error}")))?;
         let first_event = match &settle.dedup_key {
             Some((object_id, event_type)) => {
-                Some(record_dedup_key(&mut tx, object_id, event_type, settle).await?)
+                Some(record_dedup_key(&mut tx, object_id, event_type, &settle.event_id, now).await?)
             }
             None => None,
         };
@@ -166,7 +171,7 @@ impl InboxStore for SqliteStore {
                 settlement_attempt(&settle.settlement),
                 Some(format!("duplicate of {first}")),
             ),
-            _ => apply_settlement(&mut tx, &settle.settlement, settle.now).await?,
+            _ => apply_settlement(&mut tx, &settle.settlement, now).await?,
         };
         sqlx::query(
             "UPDATE webhook_inbox
@@ -175,7 +180,7 @@ impl InboxStore for SqliteStore {
              WHERE event_id = ?1",
         )
         .bind(&settle.event_id)
-        .bind(micros(settle.now))
+        .bind(micros(now))
         .bind(outcome.as_str())
         .bind(attempt_id.map(AttemptId::as_uuid))
         .bind(detail)
@@ -186,49 +191,55 @@ impl InboxStore for SqliteStore {
         Ok(Some(outcome))
     }
 
-    async fn inbox_stats(&self) -> Result<InboxStats, StoreError> {
-        let row = sqlx::query(
-            "SELECT count(*) AS unprocessed, min(received_at) AS oldest
+    async fn inbox_stats(&self, time: CallerTime) -> Result<InboxStats, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT count(*) AS unprocessed, min(received_at) AS oldest, {DATABASE_NOW_1} AS database_now
              FROM webhook_inbox WHERE processed_at IS NULL",
-        )
+        ))
+        .bind(time.shift_micros())
         .fetch_one(self.pool())
         .await
         .map_err(unavailable)?;
         let unprocessed: i64 = row.try_get("unprocessed").map_err(unavailable)?;
         let oldest: Option<i64> = row.try_get("oldest").map_err(unavailable)?;
+        let database_now: i64 = row.try_get("database_now").map_err(unavailable)?;
         Ok(InboxStats {
             unprocessed: u64::try_from(unprocessed).unwrap_or_default(),
             oldest_unprocessed_received_at: oldest
                 .map(instant_from_micros)
                 .transpose()
                 .map_err(|error| StoreError::Corrupt(format!("oldest inbox event: {error}")))?,
+            database_now: instant_from_micros(database_now)
+                .map_err(|error| StoreError::Corrupt(format!("the database's clock: {error}")))?,
         })
     }
 
     async fn prune_processed(
         &self,
-        cutoff: DateTime<Utc>,
+        retention: chrono::Duration,
+        time: CallerTime,
         batch_max: u32,
     ) -> Result<PruneCounts, StoreError> {
+        let cutoff_shift_us = time.shift_micros().saturating_sub(micros_of(retention));
         // Bounded deletes, each its own short statement holding the write lock briefly. No
         // SKIP LOCKED: a settle in progress holds the write lock, and this waits for it.
         let inbox = self
             .delete_batch(
-                "DELETE FROM webhook_inbox WHERE event_id IN (
+                &format!("DELETE FROM webhook_inbox WHERE event_id IN (
                     SELECT event_id FROM webhook_inbox
-                    WHERE processed_at IS NOT NULL AND received_at < ?1
-                    ORDER BY received_at LIMIT ?2)",
-                cutoff,
+                    WHERE processed_at IS NOT NULL AND received_at < {DATABASE_NOW_1}
+                    ORDER BY received_at LIMIT ?2)"),
+                cutoff_shift_us,
                 batch_max,
             )
             .await?;
         let dedup = self
             .delete_batch(
-                "DELETE FROM webhook_dedup WHERE (object_id, event_type) IN (
+                &format!("DELETE FROM webhook_dedup WHERE (object_id, event_type) IN (
                     SELECT object_id, event_type FROM webhook_dedup
-                    WHERE recorded_at < ?1
-                    ORDER BY recorded_at LIMIT ?2)",
-                cutoff,
+                    WHERE recorded_at < {DATABASE_NOW_1}
+                    ORDER BY recorded_at LIMIT ?2)"),
+                cutoff_shift_us,
                 batch_max,
             )
             .await?;
@@ -240,15 +251,11 @@ impl InboxStore for SqliteStore {
 }
 
 impl SqliteStore {
-    /// Runs one bounded delete taking `?1` (cutoff) and `?2` (batch size); returns rows deleted.
-    async fn delete_batch(
-        &self,
-        sql: &'static str,
-        cutoff: DateTime<Utc>,
-        batch_max: u32,
-    ) -> Result<u64, StoreError> {
+    /// Runs one bounded delete taking `?1` (the cutoff's distance from the database's clock, in
+    /// microseconds) and `?2` (batch size); returns rows deleted.
+    async fn delete_batch(&self, sql: &str, cutoff_shift_us: i64, batch_max: u32) -> Result<u64, StoreError> {
         let deleted = sqlx::query(sql)
-            .bind(micros(cutoff))
+            .bind(cutoff_shift_us)
             .bind(i64::from(batch_max))
             .execute(self.pool())
             .await
@@ -264,7 +271,8 @@ async fn record_dedup_key(
     tx: &mut Transaction<'_, Sqlite>,
     object_id: &str,
     event_type: &str,
-    settle: &SettleEvent,
+    event_id: &str,
+    now: DateTime<Utc>,
 ) -> Result<String, StoreError> {
     sqlx::query(
         "INSERT INTO webhook_dedup (object_id, event_type, event_id, recorded_at)
@@ -273,8 +281,8 @@ async fn record_dedup_key(
     )
     .bind(object_id)
     .bind(event_type)
-    .bind(&settle.event_id)
-    .bind(micros(settle.now))
+    .bind(event_id)
+    .bind(micros(now))
     .execute(&mut **tx)
     .await
     .map_err(unavailable)?;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::store::StoreError;
 use crate::store::inbox::{InboxStore, PruneCounts};
+use crate::store::{CallerTime, StoreError};
 
 /// Stripe resends events manually up to 30 days after they happened; a shorter retention
 /// could let a resent event in after its dedup record is gone.
@@ -47,13 +47,16 @@ impl Retention {
         }
     }
 
-    /// Deletes one batch (at most `batch_max` rows of each table) received before
-    /// now − retention.
+    /// Deletes one batch (at most `batch_max` rows of each table) received more than the
+    /// retention ago by the database's clock, which stamped them.
     pub async fn try_prune_once(&self) -> Result<PruneCounts, StoreError> {
-        let cutoff = self.clock.now() - self.settings.retention;
         let counts = self
             .store
-            .prune_processed(cutoff, self.settings.batch_max)
+            .prune_processed(
+                self.settings.retention,
+                CallerTime::of(self.clock.as_ref()),
+                self.settings.batch_max,
+            )
             .await?;
         metrics::counter!("chargeguard_webhook_pruned_total", "table" => "webhook_inbox")
             .increment(counts.inbox_rows);

@@ -14,6 +14,7 @@ use axum::routing::post;
 use super::event::parse_envelope;
 use super::signature::Verifier;
 use crate::clock::Clock;
+use crate::store::CallerTime;
 use crate::store::inbox::{InboxInsert, InboxStore, NewInboxEvent};
 
 pub const PATH: &str = "/webhooks/stripe";
@@ -26,7 +27,7 @@ pub struct WebhookState {
     /// Checks the signature's timestamp. The sender signs with its wall clock, so this is wall
     /// time even where the service's business clock is moved (tests jump it by days).
     pub signature_clock: Arc<dyn Clock>,
-    /// Stamps `received_at`, which retention measures against the service's clock.
+    /// Its shift only (zero in the service) moves `received_at`, which the database stamps.
     pub clock: Arc<dyn Clock>,
 }
 
@@ -106,7 +107,7 @@ async fn handle(
         object_id: envelope.object_id,
         event_created_at: envelope.created,
         payload,
-        received_at: state.clock.now(),
+        time: CallerTime::of(state.clock.as_ref()),
     };
     match state.store.insert_event(&event).await {
         Ok(InboxInsert::Inserted) => {

@@ -147,7 +147,7 @@ impl InboxWorker {
                 .clone()
                 .map(|object_id| (object_id, dedup_type(&event.event_type, change.as_deref()))),
             settlement,
-            now: self.clock.now(),
+            time: CallerTime::of(self.clock.as_ref()),
         };
         let outcome = self.store.settle_event(&settle).await?;
         if let Some(outcome) = outcome {

@@ -25,6 +25,7 @@ use chargeguard::webhook::{
 };
 use tonic::Code;
 
+use crate::support::faketime::ClockOffset;
 use crate::support::{
     Backend, SIM_API_KEY, TestApp, charge_request, error_code, on_both_backends, outcome_of,
     status_of,
@@ -96,6 +97,14 @@ impl Hooked {
         let (store, database) = store_of(&app).await;
         let worker = worker_on(&app, store.clone(), 100);
         Self { app, store, database, worker }
+    }
+
+    /// The test's own pool on PostgreSQL.
+    pub(crate) fn database_pool(&self) -> &sqlx::PgPool {
+        match &self.database {
+            InboxDatabase::Postgres(store) => store.pool(),
+            InboxDatabase::Sqlite(_) => panic!("a PostgreSQL test"),
+        }
     }
 
     fn retention(&self, batch_max: u32) -> Retention {
@@ -256,6 +265,28 @@ fn intent_event(
 
 /// A create whose answer is lost after the provider applied it: the call reports an unknown
 /// outcome and the attempt stays pending with no provider object known.
+/// A real `chargeguard serve` (the binary under test) on `hooked`'s database and simulator, its
+/// wall clock moved by `clock`: its webhook worker drains every 50 ms with the tests' claim, its
+/// sweep is off, its listeners on ports of their own. Killed when dropped.
+pub(crate) fn serve_beside(hooked: &Hooked, clock: ClockOffset) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"));
+    command
+        .arg("serve")
+        .env("CHARGEGUARD_DATABASE__URL", &hooked.app.database.url)
+        .env("CHARGEGUARD_PROVIDER__API_KEY", SIM_API_KEY)
+        .env("CHARGEGUARD_PROVIDER__BASE_URL", hooked.app.simulator.base_url())
+        .env("CHARGEGUARD_SERVER__GRPC_LISTEN", "127.0.0.1:0")
+        .env("CHARGEGUARD_SERVER__HTTP_LISTEN", "127.0.0.1:0")
+        .env("CHARGEGUARD_SWEEP__ENABLED", "false")
+        .env("CHARGEGUARD_WEBHOOKS__WORKER_INTERVAL_MS", "50")
+        .env("CHARGEGUARD_WEBHOOKS__WORKER_CLAIM_MS", CLAIM.as_millis().to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    clock.apply(&mut command);
+    command
+}
+
 async fn charge_with_lost_answer(hooked: &Hooked, operation_key: &str) -> proto::Attempt {
     let error = hooked
         .app
@@ -1195,7 +1226,7 @@ async fn settle_as_if_pending(
         // duplicate of the other.
         dedup_key: Some((format!("{event_id}-object"), "payment_intent.succeeded".into())),
         settlement,
-        now: hooked.app.clock.now(),
+        time: CallerTime::of(&*hooked.app.clock),
     };
     hooked.store.settle_event(&settle).await.unwrap().expect("the claim is held")
 }
@@ -1231,3 +1262,5 @@ on_both_backends!(
 mod killed;
 /// Webhooks for intents that later attempts of their operation confirmed again (issue 16).
 mod reconfirmed;
+/// What a worker, a receiver or a pruner whose clock is off writes and deletes.
+mod skewed;

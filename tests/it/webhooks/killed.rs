@@ -10,36 +10,16 @@ use chargeguard::store::inbox::InboxOutcome;
 use chargeguard::webhook::DrainOutcome;
 use chargeguard::webhook::worker::SettledEvent;
 
-use super::{CLAIM, Hooked, charge_with_lost_answer, outcomes, status};
+use super::{CLAIM, Hooked, charge_with_lost_answer, outcomes, serve_beside, status};
 use crate::support::faketime::ClockOffset;
-use crate::support::{Backend, SIM_API_KEY, on_both_backends};
+use crate::support::{Backend, on_both_backends};
 
 /// Starts a real `chargeguard serve` on `hooked`'s database, its clock moved by `clock`, whose
 /// webhook worker crashes after settling the first event of its first batch, and waits for the
 /// crash.
 async fn run_worker_that_crashes_mid_batch(hooked: &Hooked, clock: ClockOffset) {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"));
-    command
-        .arg("serve")
-        .env("CHARGEGUARD_DATABASE__URL", &hooked.app.database.url)
-        .env("CHARGEGUARD_PROVIDER__API_KEY", SIM_API_KEY)
-        .env(
-            "CHARGEGUARD_PROVIDER__BASE_URL",
-            hooked.app.simulator.base_url(),
-        )
-        .env("CHARGEGUARD_SERVER__GRPC_LISTEN", "127.0.0.1:0")
-        .env("CHARGEGUARD_SERVER__HTTP_LISTEN", "127.0.0.1:0")
-        .env("CHARGEGUARD_SWEEP__ENABLED", "false")
-        .env("CHARGEGUARD_WEBHOOKS__WORKER_INTERVAL_MS", "50")
-        .env(
-            "CHARGEGUARD_WEBHOOKS__WORKER_CLAIM_MS",
-            CLAIM.as_millis().to_string(),
-        )
-        .env("FAILPOINTS", "webhook.mid_batch=return")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true);
-    clock.apply(&mut command);
+    let mut command = serve_beside(hooked, clock);
+    command.env("FAILPOINTS", "webhook.mid_batch=return");
     let mut child = command.spawn().expect("chargeguard serve starts");
     // A bound, not a timing assumption: the child crashes at its first drain, 50 ms after start.
     let exit = tokio::time::timeout(Duration::from_secs(60), child.wait())
