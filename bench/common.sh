@@ -26,6 +26,17 @@ postgres_ticks() {
 # pid_ticks PID: clock ticks (user + system) of one process, 0 when there is none.
 pid_ticks() { if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 
+# checkpoint: every row that writes starts right after a checkpoint (and then warms up), so
+# that no checkpoint starts in the middle of one row and not of the row it is compared with.
+# From the moment a checkpoint starts, the first change to each page writes the whole page into
+# the WAL (full_page_writes), so its commits carry more: run 17 (BENCHMARKS.md) had the one that
+# max_wal_size set off start at the beginning of the service's row at 16, side by side, and its
+# pgbench row none. One row writes far less than that threshold, and CHECKPOINT restarts
+# checkpoint_timeout's count, so no other checkpoint starts during a row.
+checkpoint() { psql -d postgres -qAtc 'CHECKPOINT' >/dev/null; }
+# wal_totals: WAL written so far (pg_stat_wal): bytes and full-page images, space-separated.
+wal_totals() { psql -d postgres -qAtc "SELECT wal_bytes::bigint || ' ' || wal_fpi FROM pg_stat_wal"; }
+
 # serve_config BIN TOKEN CONNECTIONS: the benchmarks' `serve` configuration on stdout, for
 # GRPC_ADDR, HTTP_ADDR and SIM_ADDR, with TOKEN (hashed by BIN) as the one consumer's.
 serve_config() {

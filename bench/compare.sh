@@ -97,6 +97,7 @@ run_build() {
   # shellcheck disable=SC2086
   start_sim_and_serve "$bin" $(( CONCURRENCY > 8 ? CONCURRENCY : 8 )) "$label" $settings
   set_sim_latency "$SIM_LATENCY_MS"
+  checkpoint
   CHARGEGUARD_BENCH_TOKEN=$token "$bin" bench charge --endpoint "http://$GRPC_ADDR" --concurrency "$CONCURRENCY" \
     --connections "$CONNECTIONS" --duration-seconds "$SECONDS_WARMUP" >/dev/null
   curl -sf -o "$OUT/metrics.before" "http://$HTTP_ADDR/metrics"
@@ -116,6 +117,10 @@ run_build() {
 
 run_pgbench() { # round
   local pg0
+  # Warmed up after a checkpoint, as each build's run is.
+  checkpoint
+  pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$SECONDS_WARMUP" -f bench/pgbench/new_charge.sql \
+    "${PGBENCH_VALUES[@]}" "$DB" >/dev/null 2>&1
   pg0=$(postgres_ticks)
   /usr/bin/time -f '%U %S' -o "$OUT/client.cpu" pgbench -n -M prepared -c "$CONCURRENCY" -j 2 -T "$SECONDS_MEASURED" \
     -f bench/pgbench/new_charge.sql "${PGBENCH_VALUES[@]}" "$DB" >"$OUT/pgbench.log" 2>&1

@@ -159,11 +159,18 @@ source bench/pgbench/new_charge_values.sh
 source bench/common.sh
 # Where one row's CPU went: `cpu_begin`, run the row under `timed` (which records the client's
 # own CPU), `cpu_end label`. Per-call figures are in summary.py (whole run, warm-up included).
-cpu_begin() { cpu_pg0=$(postgres_ticks); cpu_serve0=$(pid_ticks "$serve_pid"); cpu_sim0=$(pid_ticks "$sim_pid"); cpu_t0=$(date +%s.%N); }
+# The WAL written during the row comes with it (bytes and full-page images).
+cpu_begin() {
+  read -r cpu_wal_bytes0 cpu_wal_fpi0 < <(wal_totals)
+  cpu_pg0=$(postgres_ticks); cpu_serve0=$(pid_ticks "$serve_pid"); cpu_sim0=$(pid_ticks "$sim_pid"); cpu_t0=$(date +%s.%N)
+}
 cpu_end() { # label
-  printf '{"postgres_ticks": %s, "service_ticks": %s, "simulator_ticks": %s, "client_seconds": %s, "wall_seconds": %s, "ticks_per_second": %s}\n' \
+  local wal_bytes wal_fpi
+  read -r wal_bytes wal_fpi < <(wal_totals)
+  printf '{"postgres_ticks": %s, "service_ticks": %s, "simulator_ticks": %s, "client_seconds": %s, "wall_seconds": %s, "ticks_per_second": %s, "wal_bytes": %s, "wal_fpi": %s}\n' \
     $(( $(postgres_ticks) - cpu_pg0 )) $(( $(pid_ticks "$serve_pid") - cpu_serve0 )) $(( $(pid_ticks "$sim_pid") - cpu_sim0 )) \
-    "$(cat "$OUT/client-cpu.tmp" 2>/dev/null || echo null)" "$(python3 -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 3))' "$cpu_t0")" "$(getconf CLK_TCK)" >"$OUT/cpu-$1.json"
+    "$(cat "$OUT/client-cpu.tmp" 2>/dev/null || echo null)" "$(python3 -c 'import sys, time; print(round(time.time() - float(sys.argv[1]), 3))' "$cpu_t0")" "$(getconf CLK_TCK)" \
+    $(( wal_bytes - cpu_wal_bytes0 )) $(( wal_fpi - cpu_wal_fpi0 )) >"$OUT/cpu-$1.json"
   rm -f "$OUT/client-cpu.tmp"
 }
 # Runs a client command and keeps its own CPU seconds (user + system) for cpu_end.
@@ -188,12 +195,14 @@ pgbench_tps() { sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$OUT/pgbench-$1.log"; }
 pgbench_latency() { sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' "$OUT/pgbench-$1.log"; }
 
 log "pgbench new-charge SQL, $CONCURRENCY clients, ${SECONDS_WARMUP}s warm-up + ${SECONDS_MEASURED}s"
+checkpoint
 pgbench_run new-warmup bench/pgbench/new_charge.sql "$SECONDS_WARMUP" "${PGBENCH_VALUES[@]}"
 pgbench_run new bench/pgbench/new_charge.sql "$SECONDS_MEASURED" "${PGBENCH_VALUES[@]}"
 echo "tps $(pgbench_tps new), latency average $(pgbench_latency new) ms"
 
 log "pgbench select-by-key, $CONCURRENCY clients"
 BY_KEY_VALUES=(-D consumer=bench-seed -D "rows=$CHARGE_TABLE_ROWS")
+checkpoint
 pgbench_run by-key-warmup bench/pgbench/by_key.sql "$SECONDS_WARMUP" "${BY_KEY_VALUES[@]}"
 pgbench_run by-key bench/pgbench/by_key.sql "$SECONDS_MEASURED" "${BY_KEY_VALUES[@]}"
 echo "tps $(pgbench_tps by-key), latency average $(pgbench_latency by-key) ms"
@@ -230,6 +239,7 @@ start_service serve
 bench_charge() { # label [extra args]
   local label=$1
   shift
+  checkpoint
   cpu_begin
   timed env CHARGEGUARD_BENCH_TOKEN="$token" "$BIN" bench charge --endpoint "http://$GRPC_ADDR" --label "$label" \
     --concurrency "$CONCURRENCY" --connections "$CONNECTIONS" --duration-seconds "$SECONDS_MEASURED" \
@@ -258,6 +268,8 @@ set_sim_latency 0
 # the service's latency above the simulator's is PostgreSQL's own commit time at that load.
 rate=$(json_field "$OUT/service-new-latency.json" ok_per_second)
 log "pgbench new-charge SQL at the service's rate ($rate/s)"
+checkpoint
+pgbench_run new-at-rate-warmup bench/pgbench/new_charge.sql "$SECONDS_WARMUP" "${PGBENCH_VALUES[@]}" -R "$rate"
 pgbench_run new-at-rate bench/pgbench/new_charge.sql "$SECONDS_MEASURED" "${PGBENCH_VALUES[@]}" \
   -R "$rate" -l --log-prefix="$OUT/pgbench-at-rate"
 
@@ -289,7 +301,10 @@ stop_service
 # One service per switch and concurrency, each with as many pooled connections as callers (what
 # pgbench gets): the gain of group commit is measured here, not claimed.
 for gc_concurrency in $GROUP_COMMIT_CONCURRENCY; do
-  log "group commit side by side at $gc_concurrency: pgbench new-charge SQL"
+  log "group commit side by side at $gc_concurrency: pgbench new-charge SQL, ${SECONDS_WARMUP}s warm-up + ${SECONDS_MEASURED}s"
+  checkpoint
+  CONCURRENCY=$gc_concurrency pgbench_run "new-c$gc_concurrency-warmup" bench/pgbench/new_charge.sql \
+    "$SECONDS_WARMUP" "${PGBENCH_VALUES[@]}"
   CONCURRENCY=$gc_concurrency pgbench_run "new-c$gc_concurrency" bench/pgbench/new_charge.sql \
     "$SECONDS_MEASURED" "${PGBENCH_VALUES[@]}"
   echo "tps $(pgbench_tps "new-c$gc_concurrency")"

@@ -187,6 +187,9 @@ def cpu_per_call(out, label, rate):
            "simulator": per(c["simulator_ticks"]) if label.startswith("service") else None,
            "client": c["client_seconds"] / calls * 1e6 if c["client_seconds"] is not None else None}
     row["total"] = sum(v for v in row.values() if v is not None)
+    # The WAL the row wrote, per call (runs before the checkpoint per row did not record it).
+    row["wal_bytes"] = c["wal_bytes"] / calls if "wal_bytes" in c else None
+    row["wal_fpi"] = c["wal_fpi"] / calls if "wal_fpi" in c else None
     return row
 
 
@@ -198,15 +201,19 @@ def group_commit_table(out, run, load, pgbench_tps, provider_alone, sim_latency_
     print()
     print("group commit side by side (one service per row, pool = callers):")
     print(f"{'':40}{'per second':>11}{'/ pgbench':>10}{'p50 ms':>9}{'p99 ms':>9}"
-          f"{'pg µs':>8}{'svc µs':>8}{'sim µs':>8}{'client':>8}{'total':>8}{'RSS MiB':>9}")
+          f"{'pg µs':>8}{'svc µs':>8}{'sim µs':>8}{'client':>8}{'total':>8}{'WAL B':>7}{'FPI':>6}{'RSS MiB':>9}")
     table = {}
     for c in concurrencies:
         pg = pgbench_tps(f"new-c{c}")
         entry = {"pgbench_tps": pg, "pgbench_cpu_us": cpu_per_call(out, f"pgbench-new-c{c}", pg)}
         cells = entry["pgbench_cpu_us"] or {}
         fmt = lambda v: f"{v:8.0f}" if v is not None else f"{'-':>8}"
+        # WAL bytes and full-page images per charge.
+        wal = lambda cells: ((f"{cells['wal_bytes']:7.0f}" if cells.get("wal_bytes") is not None else f"{'-':>7}")
+                             + (f"{cells['wal_fpi']:6.2f}" if cells.get("wal_fpi") is not None else f"{'-':>6}"))
         print(f"{'pgbench new-charge SQL, ' + c + ' clients':40}{pg:11.1f}{1.0:10.2f}{'':18}"
-              + "".join(fmt(cells.get(k)) for k in ("postgres", "service", "simulator", "client", "total")))
+              + "".join(fmt(cells.get(k)) for k in ("postgres", "service", "simulator", "client", "total"))
+              + wal(cells))
         for switch in ("on", "off"):
             report = load(f"service-new-gc-{switch}-c{c}.json")
             if not report:
@@ -219,7 +226,7 @@ def group_commit_table(out, run, load, pgbench_tps, provider_alone, sim_latency_
             print(f"{'chargeguard new, group commit ' + switch + ', ' + c:40}{rate:11.1f}{rate / pg:10.2f}"
                   f"{l['p50']:9.2f}{l['p99']:9.2f}"
                   + "".join(fmt(cpu.get(k)) for k in ("postgres", "service", "simulator", "client", "total"))
-                  + (f"{rss_mib:9.1f}" if rss_mib else ""))
+                  + wal(cpu) + (f"{rss_mib:9.1f}" if rss_mib else ""))
             entry[switch] = {"report": report, "ratio_to_pgbench": rate / pg, "cpu_us": cpu, "peak_rss_mib": rss_mib,
                              "errors": report["errors"], "outcomes": report["outcomes"]}
         table[c] = entry
