@@ -17,6 +17,7 @@ mod pgbench_drift;
 pub mod report;
 pub mod seed;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -189,8 +190,7 @@ async fn run_charge(args: ChargeArgs) -> anyhow::Result<()> {
         tls: if args.tls.wanted(&endpoint) { Some(args.tls.client_config().map_err(anyhow::Error::msg)?) } else { None },
     })?;
     let report = load::run(settings, provider).await?;
-    print!("{report}");
-    emit_json(&report.json_line(), args.json_out.as_deref())
+    emit(&report.to_string(), &report.json_line(), args.json_out.as_deref())
 }
 
 /// The provider client the service would build for `base_url`, and the request `Charge` sends.
@@ -229,8 +229,7 @@ async fn run_claim(args: ClaimArgs, config_file: Option<&Path>) -> anyhow::Resul
     .map_err(anyhow::Error::msg)?;
     let store = connect_store(config_file, None)?;
     let report = claim::run(&store, &settings).await?;
-    print!("{report}");
-    emit_json(&report.json_line(), args.json_out.as_deref())
+    emit(&report.to_string(), &report.json_line(), args.json_out.as_deref())
 }
 
 async fn run_seed(args: SeedArgs, config_file: Option<&Path>) -> anyhow::Result<()> {
@@ -239,8 +238,7 @@ async fn run_seed(args: SeedArgs, config_file: Option<&Path>) -> anyhow::Result<
     // Bulk statements run far longer than the service's statement timeout allows.
     let store = connect_store(config_file, Some(seed::SEED_STATEMENT_TIMEOUT))?;
     let report = seed::run(&store, &settings).await?;
-    print!("{report}");
-    emit_json(&report.json_line(), args.json_out.as_deref())
+    emit(&report.to_string(), &report.json_line(), args.json_out.as_deref())
 }
 
 /// One connection to the configured database (`CHARGEGUARD_DATABASE__URL` or the TOML file).
@@ -264,10 +262,19 @@ fn connect_store(
     )?)
 }
 
-fn emit_json(line: &str, file: Option<&Path>) -> anyhow::Result<()> {
-    println!("{line}");
+/// The report for people, then its JSON line, on stdout; the JSON line also in `file`. A reader
+/// that went away (`chargeguard bench … | head`) is not an error: the run is done, and its file
+/// is written all the same; `print!` would panic there.
+fn emit(text: &str, json_line: &str, file: Option<&Path>) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}{json_line}").and_then(|()| stdout.flush()) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            return Err(error).context("writing the report to stdout");
+        }
+        _ => {}
+    }
     if let Some(file) = file {
-        std::fs::write(file, format!("{line}\n"))
+        std::fs::write(file, format!("{json_line}\n"))
             .with_context(|| format!("writing {}", file.display()))?;
     }
     Ok(())

@@ -181,6 +181,31 @@ async fn bench_seed_and_claim_take_every_stuck_row_once() {
     assert_eq!(app.attempt_rows().await, 330);
 }
 
+/// `chargeguard bench … | head`: once the reader is gone, the run still ends well and still
+/// writes its report file (the report to stdout is the only thing lost).
+#[tokio::test]
+async fn a_bench_whose_reader_went_away_ends_quietly_and_still_writes_its_file() {
+    let app = TestApp::spawn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let seed_json = dir.path().join("seed.json");
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
+        .args(["bench", "seed", "--settled", "10", "--json-out", seed_json.to_str().unwrap()])
+        .env("CHARGEGUARD_DATABASE__URL", &app.database.url)
+        .env("RUST_LOG", "warn")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("chargeguard runs");
+    let output = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let seeded = report(&seed_json, "chargeguard_bench_seed");
+    assert_eq!(count(&seeded, "seeded_rows"), 10, "{seeded}");
+}
+
 #[tokio::test]
 async fn bench_health_check_and_provider_runs_call_only_their_target() {
     let app = TestApp::spawn().await;
