@@ -19,7 +19,8 @@ use super::inbox::{
 };
 use super::row::optional_attempt;
 use super::sqlite::{
-    DATABASE_NOW_1, DATABASE_NOW_3, DATABASE_NOW_6, SqliteStore, append_review_reason, instant_from_micros, micros, status_list, unavailable,
+    DATABASE_NOW_1, DATABASE_NOW_3, DATABASE_NOW_6, SqliteStore, append_review_reason, instant_from_micros, micros,
+    status_list, unavailable,
 };
 use super::{AttemptStore, CallerTime, StoreError, micros_of};
 use crate::domain::{Attempt, AttemptId, AttemptKind, AttemptStatus};
