@@ -3,7 +3,8 @@
 #
 #   bench/run.sh                     the full run, the release build included, in at most
 #                                    BENCH_BUDGET_SECONDS (9½ minutes)
-#   BENCH_SCALE=small bench/run.sh   seconds-long phases, to check the script itself
+#   BENCH_SCALE=small bench/run.sh   seconds-long phases, to check the script itself (the test
+#                                    suite runs it so, with BENCH_BIN: its own build, nothing built)
 #
 # From a clean checkout: builds release, makes sure PostgreSQL runs, creates fresh benchmark
 # databases, starts the Stripe simulator and `chargeguard serve` as their own processes (all on
@@ -72,7 +73,8 @@ KEEP_DATABASES=${BENCH_KEEP_DATABASES:-0}
 CHARGE_DB=cg_bench_charge
 SWEEP_DB=cg_bench_sweep
 SIM_API_KEY=sk_test_chargeguard
-BIN=target/release/chargeguard
+# The binary measured: this checkout's release build, or BENCH_BIN (then nothing is built).
+BIN=${BENCH_BIN:-target/release/chargeguard}
 
 export PGHOST PGPORT PGUSER
 mkdir -p "$OUT"
@@ -132,9 +134,14 @@ port_free() {
 json_field() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(list(d.values())[0][sys.argv[2]])' "$1" "$2"; }
 
 # --- build and services ------------------------------------------------------------------------
-log "building release"
 build_started=$(date +%s)
-cargo build --release --quiet
+if [ -n "${BENCH_BIN:-}" ]; then
+  log "measuring $BIN (BENCH_BIN): nothing built"
+  [ -x "$BIN" ] || fail "BENCH_BIN=$BIN is not an executable"
+else
+  log "building release"
+  cargo build --release --quiet
+fi
 build_seconds=$(( $(date +%s) - build_started ))
 measuring_started=$(date +%s)
 
