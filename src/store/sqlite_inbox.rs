@@ -225,30 +225,37 @@ impl InboxStore for SqliteStore {
         // Bounded deletes, each its own short statement holding the write lock briefly. No
         // SKIP LOCKED: a settle in progress holds the write lock, and this waits for it.
         let inbox = self
-            .delete_batch(
-                &format!("DELETE FROM webhook_inbox WHERE event_id IN (
-                    SELECT event_id FROM webhook_inbox
-                    WHERE processed_at IS NOT NULL AND received_at < {DATABASE_NOW_1}
-                    ORDER BY received_at LIMIT ?2)"),
-                cutoff_shift_us,
-                batch_max,
-            )
+            .delete_batch(&prune_inbox_sql(), cutoff_shift_us, batch_max)
             .await?;
         let dedup = self
-            .delete_batch(
-                &format!("DELETE FROM webhook_dedup WHERE (object_id, event_type) IN (
-                    SELECT object_id, event_type FROM webhook_dedup
-                    WHERE recorded_at < {DATABASE_NOW_1}
-                    ORDER BY recorded_at LIMIT ?2)"),
-                cutoff_shift_us,
-                batch_max,
-            )
+            .delete_batch(&prune_dedup_sql(), cutoff_shift_us, batch_max)
             .await?;
         Ok(PruneCounts {
             inbox_rows: inbox,
             dedup_rows: dedup,
         })
     }
+}
+
+/// One batch of processed inbox rows received before the cutoff (`?1`: its distance from the
+/// database's clock, microseconds), at most `?2`.
+fn prune_inbox_sql() -> String {
+    format!(
+        "DELETE FROM webhook_inbox WHERE event_id IN (
+            SELECT event_id FROM webhook_inbox
+            WHERE processed_at IS NOT NULL AND received_at < {DATABASE_NOW_1}
+            ORDER BY received_at LIMIT ?2)"
+    )
+}
+
+/// One batch of de-duplication keys recorded before the cutoff, as [`prune_inbox_sql`].
+fn prune_dedup_sql() -> String {
+    format!(
+        "DELETE FROM webhook_dedup WHERE (object_id, event_type) IN (
+            SELECT object_id, event_type FROM webhook_dedup
+            WHERE recorded_at < {DATABASE_NOW_1}
+            ORDER BY recorded_at LIMIT ?2)"
+    )
 }
 
 impl SqliteStore {
@@ -573,18 +580,31 @@ mod tests {
     use super::*;
     use crate::store::sqlite::SqliteStoreOptions;
 
-    #[tokio::test]
-    async fn the_claim_and_the_gauges_read_only_unprocessed_rows_through_their_partial_index() {
-        let dir = tempfile::tempdir().unwrap();
+    async fn migrated_store(dir: &std::path::Path) -> SqliteStore {
         let options = SqliteStoreOptions {
             connections_max: 1,
             acquire_timeout: Duration::from_secs(5),
             busy_timeout: Duration::from_secs(5),
         };
-        let store = SqliteStore::open(SqliteStore::file(&dir.path().join("unit.sqlite")), &options)
-            .await
-            .unwrap();
+        let store = SqliteStore::open(SqliteStore::file(&dir.join("unit.sqlite")), &options).await.unwrap();
         store.migrate().await.unwrap();
+        store
+    }
+
+    /// The lines of `EXPLAIN QUERY PLAN statement`, its `parameters` bound to zero.
+    async fn plan_details(store: &SqliteStore, statement: &str, parameters: usize) -> Vec<String> {
+        let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(statement);
+        for _ in 0..parameters {
+            query = query.bind(0_i64);
+        }
+        let plan = query.fetch_all(store.pool()).await.unwrap();
+        plan.into_iter().map(|(_, _, _, detail)| detail).collect()
+    }
+
+    #[tokio::test]
+    async fn the_claim_and_the_gauges_read_only_unprocessed_rows_through_their_partial_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = migrated_store(dir.path()).await;
         for statement in [
             "EXPLAIN QUERY PLAN SELECT event_id FROM webhook_inbox
              WHERE processed_at IS NULL AND (claim_expires_at IS NULL OR claim_expires_at <= ?1)
@@ -592,14 +612,28 @@ mod tests {
             "EXPLAIN QUERY PLAN SELECT count(*), min(received_at) FROM webhook_inbox
              WHERE processed_at IS NULL AND ?1 IS NOT NULL",
         ] {
-            let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(statement)
-                .bind(0_i64)
-                .fetch_all(store.pool())
-                .await
-                .unwrap();
-            let details: Vec<&str> = plan.iter().map(|(_, _, _, detail)| detail.as_str()).collect();
+            let details = plan_details(&store, statement, 1).await;
             assert!(
                 details.iter().any(|detail| detail.contains("webhook_inbox_unprocessed")),
+                "{statement}: {details:?}"
+            );
+        }
+    }
+
+    /// Retention's cutoff is an expression of the database's clock, constant in its statement:
+    /// each delete still walks its table's time index rather than the whole table.
+    #[tokio::test]
+    async fn retention_reads_only_rows_older_than_its_cutoff_through_the_time_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = migrated_store(dir.path()).await;
+        for (delete, range_on_index) in [
+            (prune_inbox_sql(), "USING INDEX webhook_inbox_processed (received_at<"),
+            (prune_dedup_sql(), "USING INDEX webhook_dedup_recorded (recorded_at<"),
+        ] {
+            let statement = format!("EXPLAIN QUERY PLAN {delete}");
+            let details = plan_details(&store, &statement, 2).await;
+            assert!(
+                details.iter().any(|detail| detail.contains(range_on_index)),
                 "{statement}: {details:?}"
             );
         }
