@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::StoreError;
-use super::postgres::PostgresStore;
+use super::postgres::{PostgresStore, unavailable};
 
 pub const SEED_CONSUMER: &str = "bench-seed";
 /// Seeded ids are `00000000-0000-7000-8000-` followed by n in 12 hex digits.
@@ -91,10 +91,6 @@ const INDEX_DDL: &str = "
         WHERE c.conrelid = 'payment_attempts'::regclass AND c.contype IN ('p', 'u')
     ) AS ddl
     ORDER BY phase, name";
-
-fn unavailable(error: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(error.to_string())
-}
 
 impl PostgresStore {
     /// The next free seed number: one past the highest seeded so far. Seeded ids sort below

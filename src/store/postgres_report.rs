@@ -9,15 +9,11 @@ use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
 use super::StoreError;
-use super::postgres::PostgresStore;
+use super::postgres::{PostgresStore, unavailable};
 use super::report::{ReportStore, RunId, StagedPayment};
 use crate::domain::{AttemptId, AttemptStatus, RefundSnapshot};
 use crate::provider::METADATA_ATTEMPT_ID;
 use crate::report::{AttemptFacts, JoinedRow, OperationFacts, ProviderObject, ReportPeriod};
-
-fn unavailable(error: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(error.to_string())
-}
 
 impl PostgresStore {
     /// Runs `statement` in its own transaction under `timeout` instead of the pool's statement
