@@ -263,8 +263,6 @@ fn intent_event(
     .to_string()
 }
 
-/// A create whose answer is lost after the provider applied it: the call reports an unknown
-/// outcome and the attempt stays pending with no provider object known.
 /// A real `chargeguard serve` (the binary under test) on `hooked`'s database and simulator, its
 /// wall clock moved by `clock`: its webhook worker drains every 50 ms with the tests' claim, its
 /// sweep is off, its listeners on ports of their own. Killed when dropped.
@@ -287,15 +285,19 @@ pub(crate) fn serve_beside(hooked: &Hooked, clock: ClockOffset) -> tokio::proces
     command
 }
 
+/// A create whose answer is lost after the provider applied it: the call reports an unknown
+/// outcome and the attempt stays pending with no provider object known.
 async fn charge_with_lost_answer(hooked: &Hooked, operation_key: &str) -> proto::Attempt {
-    let error = hooked
-        .app
-        .charge(charge_request(operation_key))
-        .await
-        .unwrap_err();
+    send_with_lost_answer(hooked, charge_request(operation_key)).await
+}
+
+/// [`charge_with_lost_answer`] for a request of the caller's.
+pub(crate) async fn send_with_lost_answer(hooked: &Hooked, request: proto::ChargeRequest) -> proto::Attempt {
+    let operation_key = request.operation_key.clone();
+    let error = hooked.app.charge(request).await.unwrap_err();
     assert_eq!(error.code(), Code::Unavailable, "{error:?}");
     assert_eq!(error_code(&error), "outcome_unknown");
-    let attempt = hooked.app.attempt_of(operation_key).await;
+    let attempt = hooked.app.attempt_of(&operation_key).await;
     assert_eq!(status(&attempt), AttemptStatus::Pending);
     assert!(
         attempt.provider_payment_id.is_empty(),

@@ -7,14 +7,11 @@
 
 use std::time::Duration;
 
-use chargeguard::domain::AttemptStatus;
-use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec};
-use tonic::Code;
-
-use super::{Hooked, serve_beside};
+use super::{Hooked, send_with_lost_answer, serve_beside};
 use crate::recovery::{advance, minutes, stored, sweep_until_idle};
 use crate::support::faketime::ClockOffset;
-use crate::support::{Backend, charge_request, error_code};
+use crate::support::{Backend, charge_request};
+use chargeguard::domain::AttemptStatus;
 
 /// Two hours: as `recovery::skew`'s replicas and the killed-worker tests.
 const SKEW_MINUTES: i64 = 120;
@@ -39,42 +36,47 @@ async fn requires_action_recorded_by_a_worker(
         config.charge.requires_action_age_max_minutes = ACTION_AGE_MAX_MINUTES;
     })
     .await;
-    let lost = FaultSpec::next(FaultKind::ApplyThenDrop, 1);
-    hooked
-        .app
-        .sim()
-        .set_fault(Endpoint::CreatePaymentIntent, lost)
-        .await
-        .unwrap();
+    hooked.lose_create_answers(1).await;
     let mut request = charge_request(operation);
     request.payment_method = "pm_card_threeDSecure2Required".into();
-    let error = hooked.app.charge(request).await.unwrap_err();
-    assert_eq!(
-        (error.code(), error_code(&error).as_str()),
-        (Code::Unavailable, "outcome_unknown")
-    );
+    send_with_lost_answer(&hooked, request).await;
     hooked.flush().await;
 
     let mut worker = serve_beside(&hooked, worker_clock)
         .spawn()
         .expect("chargeguard serve starts");
-    let deadline = tokio::time::Instant::now() + CHILD_WAIT_MAX;
-    let attempt = loop {
-        let attempt = stored(&hooked.app, operation).await;
-        if attempt.status == AttemptStatus::RequiresAction {
-            break attempt;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the worker never applied the event: {attempt:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    };
+    let attempt = wait_until(
+        async || stored(&hooked.app, operation).await,
+        |attempt| attempt.status == AttemptStatus::RequiresAction,
+        "the worker never applied the event",
+    )
+    .await;
     worker.kill().await.unwrap();
     let intent = attempt
         .provider_payment_id
         .expect("the event named the intent");
     (hooked, intent)
+}
+
+/// Reads with `read` every `POLL` until `done` holds of the reading, and returns it; panics with
+/// `never` and the last reading after `CHILD_WAIT_MAX`.
+async fn wait_until<T: std::fmt::Debug>(
+    mut read: impl AsyncFnMut() -> T,
+    done: impl Fn(&T) -> bool,
+    never: &str,
+) -> T {
+    let deadline = tokio::time::Instant::now() + CHILD_WAIT_MAX;
+    loop {
+        let reading = read().await;
+        if done(&reading) {
+            return reading;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{never}: {reading:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// The intent's status at the simulator and the attempt's, after the sweep's passes, which
@@ -170,21 +172,16 @@ async fn a_pruner_whose_clock_runs_ahead_keeps_what_is_younger_than_the_retentio
         )
         .spawn()
         .expect("chargeguard serve starts");
-    let deadline = tokio::time::Instant::now() + CHILD_WAIT_MAX;
-    let left = loop {
-        let left = left_by_retention(&hooked).await;
-        if !left
-            .iter()
-            .any(|(operation, _, _)| operation == "order-pruned")
-        {
-            break left;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the pruner never pruned: {left:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    };
+    let left = wait_until(
+        async || left_by_retention(&hooked).await,
+        |left| {
+            !left
+                .iter()
+                .any(|(operation, _, _)| operation == "order-pruned")
+        },
+        "the pruner never pruned",
+    )
+    .await;
     // Another of its passes, had it anything more to delete.
     tokio::time::sleep(Duration::from_millis(RETENTION_INTERVAL_MS * 3 / 2)).await;
     pruner.kill().await.unwrap();
