@@ -85,10 +85,13 @@ fn leased_from_row(row: &SqliteRow) -> Result<Leased, StoreError> {
     let database_now = row
         .try_get::<i64, _>("database_now")
         .map_err(|error| StoreError::Corrupt(format!("database_now: {error}")))
-        .and_then(|micros| {
-            instant_from_micros(micros).map_err(|error| StoreError::Corrupt(error.to_string()))
-        })?;
+        .and_then(database_instant)?;
     Ok(Leased { attempt, database_now })
+}
+
+/// The database's clock as a statement read it (`database_now!`, integer microseconds).
+pub(super) fn database_instant(micros: i64) -> Result<DateTime<Utc>, StoreError> {
+    instant_from_micros(micros).map_err(|error| StoreError::Corrupt(format!("database_now: {error}")))
 }
 
 /// SQLite's memory in this process, all connections together (`PRAGMA soft_heap_limit`).

@@ -19,8 +19,8 @@ use super::inbox::{
 };
 use super::row::optional_attempt;
 use super::sqlite::{
-    DATABASE_NOW_1, DATABASE_NOW_3, DATABASE_NOW_6, SqliteStore, append_review_reason, instant_from_micros, micros,
-    status_list, unavailable,
+    DATABASE_NOW_1, DATABASE_NOW_3, DATABASE_NOW_6, SqliteStore, append_review_reason, database_instant,
+    instant_from_micros, micros, status_list, unavailable,
 };
 use super::{AttemptStore, CallerTime, StoreError, micros_of};
 use crate::domain::{Attempt, AttemptId, AttemptKind, AttemptStatus};
@@ -158,8 +158,7 @@ impl InboxStore for SqliteStore {
             tx.rollback().await.map_err(unavailable)?;
             return Ok(None);
         };
-        let now = instant_from_micros(now)
-            .map_err(|error| StoreError::Corrupt(format!("the database's clock: {error}")))?;
+        let now = database_instant(now)?;
         let first_event = match &settle.dedup_key {
             Some((object_id, event_type)) => {
                 Some(record_dedup_key(&mut tx, object_id, event_type, &settle.event_id, now).await?)
@@ -210,8 +209,7 @@ impl InboxStore for SqliteStore {
                 .map(instant_from_micros)
                 .transpose()
                 .map_err(|error| StoreError::Corrupt(format!("oldest inbox event: {error}")))?,
-            database_now: instant_from_micros(database_now)
-                .map_err(|error| StoreError::Corrupt(format!("the database's clock: {error}")))?,
+            database_now: database_instant(database_now)?,
         })
     }
 
