@@ -34,6 +34,8 @@ use crate::support::{
 pub(crate) const SECRET: &str = "whsec_chargeguard_it";
 const OLD_SECRET: &str = "whsec_chargeguard_it_old";
 const CLAIM: Duration = Duration::from_secs(60);
+/// Bound on a child's first log line; only a hung child reaches it.
+const CHILD_LOG_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Bound on drain passes in one test: far more than any test's events.
 const DRAINS_MAX: usize = 100;
 
@@ -265,24 +267,56 @@ fn intent_event(
 
 /// A real `chargeguard serve` (the binary under test) on `hooked`'s database and simulator, its
 /// wall clock moved by `clock`: its webhook worker drains every 50 ms with the tests' claim, its
-/// sweep is off, its listeners on ports of their own. Killed when dropped.
-pub(crate) fn serve_beside(hooked: &Hooked, clock: ClockOffset) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"));
-    command
-        .arg("serve")
-        .env("CHARGEGUARD_DATABASE__URL", &hooked.app.database.url)
-        .env("CHARGEGUARD_PROVIDER__API_KEY", SIM_API_KEY)
-        .env("CHARGEGUARD_PROVIDER__BASE_URL", hooked.app.simulator.base_url())
-        .env("CHARGEGUARD_SERVER__GRPC_LISTEN", "127.0.0.1:0")
-        .env("CHARGEGUARD_SERVER__HTTP_LISTEN", "127.0.0.1:0")
-        .env("CHARGEGUARD_SWEEP__ENABLED", "false")
-        .env("CHARGEGUARD_WEBHOOKS__WORKER_INTERVAL_MS", "50")
-        .env("CHARGEGUARD_WEBHOOKS__WORKER_CLAIM_MS", CLAIM.as_millis().to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true);
-    clock.apply(&mut command);
-    command
+/// sweep is off, its listeners on ports of their own, its log read as it goes. Killed when
+/// dropped.
+pub(crate) struct ServeBeside {
+    pub(crate) process: tokio::process::Child,
+    log: Arc<Mutex<Vec<String>>>,
+    clock: ClockOffset,
+    /// The real time just before it started.
+    started_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl ServeBeside {
+    /// Starts it, `settings` added to its environment.
+    pub(crate) fn start(hooked: &Hooked, clock: ClockOffset, settings: &[(&str, &str)]) -> Self {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"));
+        command
+            .args(["--log-format", "json", "serve"])
+            .env("RUST_LOG", "info,sqlx=warn")
+            .env("CHARGEGUARD_DATABASE__URL", &hooked.app.database.url)
+            .env("CHARGEGUARD_PROVIDER__API_KEY", SIM_API_KEY)
+            .env("CHARGEGUARD_PROVIDER__BASE_URL", hooked.app.simulator.base_url())
+            .env("CHARGEGUARD_SERVER__GRPC_LISTEN", "127.0.0.1:0")
+            .env("CHARGEGUARD_SERVER__HTTP_LISTEN", "127.0.0.1:0")
+            .env("CHARGEGUARD_SWEEP__ENABLED", "false")
+            .env("CHARGEGUARD_WEBHOOKS__WORKER_INTERVAL_MS", "50")
+            .env("CHARGEGUARD_WEBHOOKS__WORKER_CLAIM_MS", CLAIM.as_millis().to_string())
+            .envs(settings.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        clock.apply(&mut command);
+        let started_at = chrono::Utc::now();
+        let mut process = command.spawn().expect("chargeguard serve starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        crate::recovery::child::drain(process.stderr.take().unwrap(), log.clone(), None);
+        Self { process, log, clock, started_at }
+    }
+
+    /// Checks, by the first line it logs, that its clock runs as far off the real one as it
+    /// was given (see `ClockOffset::assert_read_by_child`); waits for that line.
+    pub(crate) async fn assert_clock(&self) {
+        let deadline = tokio::time::Instant::now() + CHILD_LOG_WAIT_MAX;
+        loop {
+            let stamped = self.log.lock().unwrap().iter().find_map(|line| crate::recovery::child::log_timestamp(line));
+            if let Some(stamped) = stamped {
+                return self.clock.assert_read_by_child(stamped, self.started_at);
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the child logged no timestamped line");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 /// A create whose answer is lost after the provider applied it: the call reports an unknown

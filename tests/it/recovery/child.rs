@@ -26,9 +26,6 @@ use crate::support::{ORDERS_TOKEN, SIM_API_KEY, TestApp, authed};
 const CHILD_WAIT_MAX: Duration = Duration::from_secs(120);
 /// How often to look whether the database has ended a dead child's sessions.
 const SESSION_POLL: Duration = Duration::from_millis(20);
-/// How far a child's log timestamps may stray from the clock it was given (rounding, a slow
-/// start on 2 shared cores is covered by reading the real time before and after).
-const CLOCK_CHECK_SLACK: chrono::Duration = chrono::Duration::seconds(5);
 
 /// The `[sweep]` section of the child's configuration.
 pub enum ChildSweep {
@@ -176,7 +173,7 @@ token_sha256 = "{token}"
 }
 
 /// Keeps reading the child's log so that it never blocks on a full pipe.
-fn drain(
+pub(crate) fn drain(
     stderr: ChildStderr,
     lines: Arc<Mutex<Vec<String>>>,
     mut ready: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
@@ -195,7 +192,7 @@ fn drain(
 }
 
 /// When a JSON log line says it was written (by the writer's clock).
-fn log_timestamp(line: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn log_timestamp(line: &str) -> Option<DateTime<Utc>> {
     let event: serde_json::Value = serde_json::from_str(line).ok()?;
     let stamp = event.get("timestamp")?.as_str()?;
     DateTime::parse_from_rfc3339(stamp).ok().map(|stamp| stamp.with_timezone(&Utc))
@@ -257,13 +254,7 @@ impl ChildProcess {
     fn assert_clock(&self) {
         let stamped = self.stderr.lock().unwrap().iter().find_map(|line| log_timestamp(line));
         let stamped = stamped.unwrap_or_else(|| panic!("no timestamped log line:\n{}", self.log()));
-        let offset = chrono::Duration::seconds(self.clock.seconds());
-        let earliest = self.started_at + offset - CLOCK_CHECK_SLACK;
-        let latest = Utc::now() + offset + CLOCK_CHECK_SLACK;
-        assert!(
-            (earliest..=latest).contains(&stamped),
-            "the child's clock reads {stamped}, not the real time {} s off", self.clock.spec()
-        );
+        self.clock.assert_read_by_child(stamped, self.started_at);
     }
 
     fn start(app: &TestApp, spec: &ChildSpec, subcommand: &[&str], stdout: Stdio) -> Self {

@@ -1,7 +1,7 @@
 //! Recovery (issue 4): the sweep, the provider's 24-hour key window, crash points. Every check
 //! of money is made at the provider, through the simulator's ledger and request log.
 
-mod child;
+pub(crate) mod child;
 mod concurrency;
 mod crash;
 mod key_window;

@@ -20,6 +20,9 @@ use sqlx::{Connection, PgConnection};
 /// Names the cluster directories, with the test process's id after it (see
 /// [`remove_leftovers`]).
 const DIR_PREFIX: &str = "cg_it_faketime_";
+/// How far a child's log timestamps may stray from the clock it was given (rounding; a slow
+/// start on 2 shared cores is covered by reading the real time before and after).
+const CHILD_CLOCK_SLACK: chrono::Duration = chrono::Duration::seconds(5);
 /// How far the database's `now()` may be from the offset a test set (a slow, shared machine).
 const OFFSET_CHECK_TOLERANCE: chrono::Duration = chrono::Duration::seconds(30);
 /// pg_ctl's own bound on the server's start (`-t`), in seconds.
@@ -56,6 +59,20 @@ impl ClockOffset {
     /// its one-unit rule (`+24h30m` would read as 24 minutes; `+88200` is 24 h 30 min).
     pub fn spec(self) -> String {
         format!("{:+}", self.seconds)
+    }
+
+    /// Checks `stamped`, an instant a child started at `started_at` (the real time just before)
+    /// under this offset wrote with its own clock: a libfaketime that failed to load would leave
+    /// a "skewed" child on the real clock, and a skew test passing for nothing.
+    pub fn assert_read_by_child(self, stamped: DateTime<Utc>, started_at: DateTime<Utc>) {
+        let offset = chrono::Duration::seconds(self.seconds);
+        let earliest = started_at + offset - CHILD_CLOCK_SLACK;
+        let latest = Utc::now() + offset + CHILD_CLOCK_SLACK;
+        assert!(
+            (earliest..=latest).contains(&stamped),
+            "the child's clock reads {stamped}, not the real time {} s off",
+            self.spec()
+        );
     }
 
     /// Runs `command` with its wall clock moved by this offset (nothing for [`Self::NONE`]).

@@ -10,7 +10,7 @@ use chargeguard::store::inbox::InboxOutcome;
 use chargeguard::webhook::DrainOutcome;
 use chargeguard::webhook::worker::SettledEvent;
 
-use super::{CLAIM, Hooked, charge_with_lost_answer, outcomes, serve_beside, status};
+use super::{CLAIM, Hooked, ServeBeside, charge_with_lost_answer, outcomes, status};
 use crate::support::faketime::ClockOffset;
 use crate::support::{Backend, on_both_backends};
 
@@ -18,15 +18,15 @@ use crate::support::{Backend, on_both_backends};
 /// webhook worker crashes after settling the first event of its first batch, and waits for the
 /// crash.
 async fn run_worker_that_crashes_mid_batch(hooked: &Hooked, clock: ClockOffset) {
-    let mut command = serve_beside(hooked, clock);
-    command.env("FAILPOINTS", "webhook.mid_batch=return");
-    let mut child = command.spawn().expect("chargeguard serve starts");
+    let mut child =
+        ServeBeside::start(hooked, clock, &[("FAILPOINTS", "webhook.mid_batch=return")]);
     // A bound, not a timing assumption: the child crashes at its first drain, 50 ms after start.
-    let exit = tokio::time::timeout(Duration::from_secs(60), child.wait())
+    let exit = tokio::time::timeout(Duration::from_secs(60), child.process.wait())
         .await
         .expect("the worker crashed")
         .unwrap();
     assert_eq!(exit.code(), Some(chargeguard::failpoints::CRASH_EXIT_CODE));
+    child.assert_clock().await;
 }
 
 /// While the dead worker's claim runs, nobody takes its rows; once the claim's length has passed

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Hooked, send_with_lost_answer, serve_beside};
+use super::{Hooked, ServeBeside, send_with_lost_answer};
 use crate::recovery::{advance, minutes, stored, sweep_until_idle};
 use crate::support::faketime::ClockOffset;
 use crate::support::{Backend, charge_request};
@@ -42,16 +42,15 @@ async fn requires_action_recorded_by_a_worker(
     send_with_lost_answer(&hooked, request).await;
     hooked.flush().await;
 
-    let mut worker = serve_beside(&hooked, worker_clock)
-        .spawn()
-        .expect("chargeguard serve starts");
+    let mut worker = ServeBeside::start(&hooked, worker_clock, &[]);
+    worker.assert_clock().await;
     let attempt = wait_until(
         async || stored(&hooked.app, operation).await,
         |attempt| attempt.status == AttemptStatus::RequiresAction,
         "the worker never applied the event",
     )
     .await;
-    worker.kill().await.unwrap();
+    worker.process.kill().await.unwrap();
     let intent = attempt
         .provider_payment_id
         .expect("the event named the intent");
@@ -165,13 +164,16 @@ async fn a_pruner_whose_clock_runs_ahead_keeps_what_is_younger_than_the_retentio
         }
     }
 
-    let mut pruner = serve_beside(&hooked, ClockOffset::minutes(2 * 24 * 60))
-        .env(
+    let retention_interval_ms = RETENTION_INTERVAL_MS.to_string();
+    let mut pruner = ServeBeside::start(
+        &hooked,
+        ClockOffset::minutes(2 * 24 * 60),
+        &[(
             "CHARGEGUARD_WEBHOOKS__RETENTION_INTERVAL_MS",
-            RETENTION_INTERVAL_MS.to_string(),
-        )
-        .spawn()
-        .expect("chargeguard serve starts");
+            &retention_interval_ms,
+        )],
+    );
+    pruner.assert_clock().await;
     let left = wait_until(
         async || left_by_retention(&hooked).await,
         |left| {
@@ -184,7 +186,7 @@ async fn a_pruner_whose_clock_runs_ahead_keeps_what_is_younger_than_the_retentio
     .await;
     // Another of its passes, had it anything more to delete.
     tokio::time::sleep(Duration::from_millis(RETENTION_INTERVAL_MS * 3 / 2)).await;
-    pruner.kill().await.unwrap();
+    pruner.process.kill().await.unwrap();
     assert_eq!(left, left_by_retention(&hooked).await);
     assert_eq!(
         left,
