@@ -29,15 +29,22 @@ const THREE_DECIMAL: &[&str] = &["bhd", "jod", "kwd", "omr", "tnd"];
 
 impl Currency {
     pub fn parse(value: &str) -> Result<Self, InvalidField> {
-        let lowercase = value.trim().to_ascii_lowercase();
-        if lowercase.is_empty() {
+        let trimmed = value.trim();
+        if trimmed.is_empty() {
             return Err(InvalidField::new("currency", "is required"));
         }
+        // Every call and every stored row parses its currency, so no allocation and no scan:
+        // each code is three ASCII letters, and SUPPORTED is sorted (a test holds it so).
+        let mut lowercase = [0_u8; 3];
+        if trimmed.len() == lowercase.len() {
+            for (out, byte) in lowercase.iter_mut().zip(trimmed.bytes()) {
+                *out = byte.to_ascii_lowercase();
+            }
+        }
         SUPPORTED
-            .iter()
-            .find(|code| **code == lowercase)
-            .map(|code| Currency(code))
-            .ok_or_else(|| {
+            .binary_search_by(|code| code.as_bytes().cmp(&lowercase[..]))
+            .map(|index| Currency(SUPPORTED[index]))
+            .map_err(|_| {
                 InvalidField::new(
                     "currency",
                     format!("{value:?} is not an ISO 4217 currency the provider supports"),
@@ -96,10 +103,29 @@ mod tests {
     }
 
     #[test]
+    fn every_supported_code_parses_to_itself_in_any_case() {
+        assert!(
+            SUPPORTED.windows(2).all(|pair| pair[0] < pair[1]),
+            "SUPPORTED must stay sorted and unique: parse searches it by halves"
+        );
+        for code in SUPPORTED {
+            assert_eq!(Currency::parse(code).unwrap().code(), *code);
+            assert_eq!(
+                Currency::parse(&code.to_ascii_uppercase()).unwrap().code(),
+                *code
+            );
+            assert_eq!(Currency::parse(&format!(" {code} ")).unwrap().code(), *code);
+        }
+    }
+
+    #[test]
     fn rejects_unknown_codes() {
         assert_eq!(Currency::parse("xyz").unwrap_err().field, "currency");
         assert!(Currency::parse("").is_err());
         assert!(Currency::parse("dollars").is_err());
+        assert!(Currency::parse("us").is_err());
+        assert!(Currency::parse("usdx").is_err());
+        assert!(Currency::parse("u\u{e9}d").is_err());
     }
 
     #[test]
