@@ -9,6 +9,7 @@ import os
 import sys
 
 TARGET_THROUGHPUT_RATIO = 0.7
+TARGET_GROUP_COMMIT_RATIO = 1.0
 TARGET_ADDED_P99_MS = 5.0
 TARGET_PEAK_RSS_MIB = 64.0
 TARGET_SWEEP_GROWTH = 1.2
@@ -45,7 +46,7 @@ def main(out):
     print(f"PostgreSQL {run['postgres']}: {run['postgres_settings']}")
     print(f"concurrency {run['concurrency']} ({run['connections']} gRPC connections); {run['seconds_measured']} s measured "
           f"after {run['seconds_warmup']} s warm-up per row; {run['charge_table_rows']} rows in the table before; "
-          f"release build {run['build_seconds']} s, measuring {run.get('measuring_seconds', '?')} s, "
+          f"{build_phrase(run)}, measuring {run.get('measuring_seconds', '?')} s, "
           f"whole run {run['total_seconds']} s")
     print()
     print(f"{'':36}{'per second':>11}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}")
@@ -171,6 +172,13 @@ def main(out):
         }, file, indent=1)
 
 
+def build_phrase(run):
+    # Under BENCH_BIN the script builds nothing: name the binary rather than a 0 s build.
+    if run.get("bench_bin"):
+        return f"binary {run['bench_bin']} (nothing built)"
+    return f"release build {run['build_seconds']} s"
+
+
 def cpu_per_call(out, label, rate):
     """CPU microseconds per call of each process group in one timed row, or None."""
     path = os.path.join(out, f"cpu-{label}.json")
@@ -234,11 +242,17 @@ def group_commit_table(out, run, load, pgbench_tps, provider_alone, sim_latency_
     for switch in ("on", "off"):
         latency = load(f"service-new-latency-gc-{switch}.json")
         if latency:
-            added = latency["latency_ms"]["p99"] - sim_own_p99
+            # Over the simulator alone measured right after this row when the run has it (runs
+            # before the rounds measured it once, earlier in the run).
+            adjacent = load("service-provider-latency-gc.json") if switch == "on" else None
+            own_p99 = adjacent["latency_ms"]["p99"] if adjacent else sim_own_p99
+            added = latency["latency_ms"]["p99"] - own_p99
             print(f"  group commit {switch}, simulator at {sim_latency_ms:g} ms, {run['concurrency']} callers: p99 "
-                  f"{latency['latency_ms']['p99']:.2f} ms = {added:+.2f} ms over the simulator's own p99 ({sim_own_p99:.2f} ms); "
+                  f"{latency['latency_ms']['p99']:.2f} ms = {added:+.2f} ms over the simulator's own p99 ({own_p99:.2f} ms); "
                   f"p50 {latency['latency_ms']['p50']:.2f} ms")
             table[f"latency_{switch}"] = {"report": latency, "p99_added_ms": added}
+    rounds_table(out, run, load, pgbench_tps, table, concurrencies)
+    table["checks"] = group_commit_checks(table, concurrencies)
     floor = non_database_floor(out, load)
     if floor:
         table["non_database_floor_us"] = floor
@@ -256,6 +270,77 @@ def group_commit_table(out, run, load, pgbench_tps, provider_alone, sim_latency_
             print(f"  at {c}: group commit on / off = {on / off:.2f}; on / pgbench = {on / entry['pgbench_tps']:.2f}; "
                   f"off / pgbench = {off / entry['pgbench_tps']:.2f}; failed calls on {entry['on']['errors']}, off {entry['off']['errors']}")
     return table
+
+
+def group_commit_checks(table, concurrencies):
+    """Issue 21's targets, read from the rounds' medians where the run has rounds."""
+    checks = []
+    for c in concurrencies:
+        entry = table.get(c) or {}
+        if "on" not in entry:
+            continue
+        ratio = entry.get("ratio_to_pgbench_median", entry["on"]["ratio_to_pgbench"])
+        how = "median of the rounds" if "ratio_to_pgbench_median" in entry else "one row"
+        checks.append({"target": f"group commit on / pgbench same SQL at {c} ({how})", "value": round(ratio, 3),
+                       "goal": f">= {TARGET_GROUP_COMMIT_RATIO}", "met": ratio >= TARGET_GROUP_COMMIT_RATIO})
+    added = table.get("p99_added_median_ms", (table.get("latency_on") or {}).get("p99_added_ms"))
+    if added is not None:
+        how = "median of the rounds" if "p99_added_median_ms" in table else "one row"
+        checks.append({"target": f"group commit on, p99 over the simulator's own, ms ({how})", "value": round(added, 2),
+                       "goal": f"<= {TARGET_ADDED_P99_MS:g}", "met": added <= TARGET_ADDED_P99_MS})
+    print("  targets of issue 21:")
+    for check in checks:
+        print(f"    {'met ' if check['met'] else 'MISS'}  {check['target']}: {check['value']} (target {check['goal']})")
+    return checks
+
+
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def round_suffix(round_number):
+    return f"-r{round_number}" if round_number > 1 else ""
+
+
+def rounds_table(out, run, load, pgbench_tps, table, concurrencies):
+    """The side by side's interleaved rounds (pgbench, then group commit on, each round after a
+    checkpoint): each round's ratio and p99 added, and their medians, which the targets read."""
+    rounds = int(run.get("side_by_side_rounds", "1"))
+    if rounds < 2:
+        return
+    print(f"  {rounds} interleaved rounds (pgbench, then group commit on; the first round is the rows above):")
+    for c in concurrencies:
+        ratios, rates = [], []
+        for r in range(1, rounds + 1):
+            report = load(f"service-new-gc-on-c{c}{round_suffix(r)}.json")
+            if not report:
+                continue
+            pg = pgbench_tps(f"new-c{c}{round_suffix(r)}")
+            rates.append({"round": r, "pgbench_tps": pg, "on_tps": report["ok_per_second"], "errors": report["errors"]})
+            ratios.append(report["ok_per_second"] / pg)
+        if not ratios:
+            continue
+        table[c]["rounds"] = rates
+        table[c]["ratio_to_pgbench_median"] = median(ratios)
+        print(f"    at {c}: on / pgbench by round " + ", ".join(f"{ratio:.2f}" for ratio in ratios)
+              + f" (pgbench " + ", ".join(f"{row['pgbench_tps']:.0f}" for row in rates) + "/s); "
+              + f"median {median(ratios):.2f}")
+    added = []
+    for r in range(1, rounds + 1):
+        service = load(f"service-new-latency-gc-on{round_suffix(r)}.json")
+        alone = load(f"service-provider-latency-gc{round_suffix(r)}.json")
+        if service and alone:
+            added.append({"round": r, "service_p99_ms": service["latency_ms"]["p99"],
+                          "simulator_p99_ms": alone["latency_ms"]["p99"],
+                          "p99_added_ms": service["latency_ms"]["p99"] - alone["latency_ms"]["p99"]})
+    if added:
+        table["latency_on_rounds"] = added
+        table["p99_added_median_ms"] = median([row["p99_added_ms"] for row in added])
+        print(f"    p99 added at {run['sim_latency_ms']} ms, {run['concurrency']} callers, by round "
+              + ", ".join(f"{row['p99_added_ms']:+.2f}" for row in added)
+              + f" ms (service p99 less the simulator alone's right after it); median {table['p99_added_median_ms']:+.2f} ms")
 
 
 def non_database_floor(out, load):
