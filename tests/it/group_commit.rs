@@ -563,8 +563,13 @@ async fn pending_rows_and_results_of_other_charges_share_one_statement_and_each_
     let arriving: Vec<String> = (0..8).map(|index| format!("gc-arriving-{index}")).collect();
 
     let (lock, returning_calls) = results_held_behind_a_lock(&app, &pool, &returning).await;
-    let arriving_calls = charge_all(&app, &arriving);
+    // The first new charge goes alone and blocks; the others queue behind it. Sent all at once,
+    // a busy machine could let every one of them into the blocked batch, leaving the results a
+    // batch of their own.
+    let (blocker, others) = arriving.split_at(1);
+    let mut arriving_calls = charge_all(&app, blocker);
     wait_for_a_blocked_batch(&pool).await;
+    arriving_calls.extend(charge_all(&app, others));
     // The first charges' results come back from the provider and queue with the new charges.
     tokio::time::sleep(PROVIDER_WAIT + QUEUE_SETTLE).await;
     lock.commit().await.unwrap();
