@@ -34,8 +34,10 @@ use crate::support::{
 pub(crate) const SECRET: &str = "whsec_chargeguard_it";
 const OLD_SECRET: &str = "whsec_chargeguard_it_old";
 const CLAIM: Duration = Duration::from_secs(60);
-/// Bound on a child's first log line; only a hung child reaches it.
-const CHILD_LOG_WAIT_MAX: Duration = Duration::from_secs(60);
+/// Bound on what a child process is waited for (its first log line, its first passes); only a
+/// hung child reaches it.
+const CHILD_WAIT_MAX: Duration = Duration::from_secs(60);
+const CHILD_POLL: Duration = Duration::from_millis(50);
 /// Bound on drain passes in one test: far more than any test's events.
 const DRAINS_MAX: usize = 100;
 
@@ -307,15 +309,31 @@ impl ServeBeside {
     /// Checks, by the first line it logs, that its clock runs as far off the real one as it
     /// was given (see `ClockOffset::assert_read_by_child`); waits for that line.
     pub(crate) async fn assert_clock(&self) {
-        let deadline = tokio::time::Instant::now() + CHILD_LOG_WAIT_MAX;
-        loop {
-            let stamped = self.log.lock().unwrap().iter().find_map(|line| crate::recovery::child::log_timestamp(line));
-            if let Some(stamped) = stamped {
-                return self.clock.assert_read_by_child(stamped, self.started_at);
-            }
-            assert!(tokio::time::Instant::now() < deadline, "the child logged no timestamped line");
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let stamped = wait_for_child(
+            async || self.log.lock().unwrap().iter().find_map(|line| crate::recovery::child::log_timestamp(line)),
+            Option::is_some,
+            "the child logged no timestamped line",
+        )
+        .await;
+        self.clock.assert_read_by_child(stamped.expect("waited for"), self.started_at);
+    }
+}
+
+/// Reads with `read` every `CHILD_POLL` until `done` holds of the reading, and returns it;
+/// panics with `never` and the last reading after `CHILD_WAIT_MAX`.
+pub(crate) async fn wait_for_child<T: std::fmt::Debug>(
+    mut read: impl AsyncFnMut() -> T,
+    done: impl Fn(&T) -> bool,
+    never: &str,
+) -> T {
+    let deadline = tokio::time::Instant::now() + CHILD_WAIT_MAX;
+    loop {
+        let reading = read().await;
+        if done(&reading) {
+            return reading;
         }
+        assert!(tokio::time::Instant::now() < deadline, "{never}: {reading:?}");
+        tokio::time::sleep(CHILD_POLL).await;
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::{Hooked, ServeBeside, send_with_lost_answer};
+use super::{Hooked, ServeBeside, send_with_lost_answer, wait_for_child};
 use crate::recovery::{advance, minutes, stored, sweep_until_idle};
 use crate::support::faketime::ClockOffset;
 use crate::support::{Backend, charge_request};
@@ -18,9 +18,6 @@ const SKEW_MINUTES: i64 = 120;
 /// The customer's time to authenticate in these tests: shorter than the skew, so a worker two
 /// hours behind would have the intent cancelled at once.
 const ACTION_AGE_MAX_MINUTES: u64 = 60;
-/// Bound on a child's start and its first pass; only a hung child reaches it.
-const CHILD_WAIT_MAX: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_millis(50);
 /// The shortest `webhooks.retention_interval_ms` the configuration takes.
 const RETENTION_INTERVAL_MS: u64 = 1_000;
 
@@ -44,7 +41,7 @@ async fn requires_action_recorded_by_a_worker(
 
     let mut worker = ServeBeside::start(&hooked, worker_clock, &[]);
     worker.assert_clock().await;
-    let attempt = wait_until(
+    let attempt = wait_for_child(
         async || stored(&hooked.app, operation).await,
         |attempt| attempt.status == AttemptStatus::RequiresAction,
         "the worker never applied the event",
@@ -55,27 +52,6 @@ async fn requires_action_recorded_by_a_worker(
         .provider_payment_id
         .expect("the event named the intent");
     (hooked, intent)
-}
-
-/// Reads with `read` every `POLL` until `done` holds of the reading, and returns it; panics with
-/// `never` and the last reading after `CHILD_WAIT_MAX`.
-async fn wait_until<T: std::fmt::Debug>(
-    mut read: impl AsyncFnMut() -> T,
-    done: impl Fn(&T) -> bool,
-    never: &str,
-) -> T {
-    let deadline = tokio::time::Instant::now() + CHILD_WAIT_MAX;
-    loop {
-        let reading = read().await;
-        if done(&reading) {
-            return reading;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{never}: {reading:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 /// The intent's status at the simulator and the attempt's, after the sweep's passes, which
@@ -174,7 +150,7 @@ async fn a_pruner_whose_clock_runs_ahead_keeps_what_is_younger_than_the_retentio
         )],
     );
     pruner.assert_clock().await;
-    let left = wait_until(
+    let left = wait_for_child(
         async || left_by_retention(&hooked).await,
         |left| {
             !left
