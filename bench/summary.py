@@ -325,7 +325,7 @@ def rounds_table(out, run, load, pgbench_tps, table, concurrencies):
         table[c]["rounds"] = rates
         table[c]["ratio_to_pgbench_median"] = median(ratios)
         print(f"    at {c}: on / pgbench by round " + ", ".join(f"{ratio:.2f}" for ratio in ratios)
-              + f" (pgbench " + ", ".join(f"{row['pgbench_tps']:.0f}" for row in rates) + "/s); "
+              + " (pgbench " + ", ".join(f"{row['pgbench_tps']:.0f}" for row in rates) + "/s); "
               + f"median {median(ratios):.2f}")
     added = []
     for r in range(1, rounds + 1):
