@@ -108,35 +108,159 @@ pub fn simulator_form(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng};
+
+    type Target = fn(&[u8]);
+
+    /// Every fuzz target (`fuzz/fuzz_targets/`), by name.
+    const TARGETS: [(&str, Target); 6] = [
+        ("webhook", super::webhook),
+        ("charge_request", super::charge_request),
+        ("refund_request", super::refund_request),
+        ("operation", super::operation),
+        ("config", super::config),
+        ("simulator_form", super::simulator_form),
+    ];
+
+    /// The inputs kept for `target`: its seeds (`fuzz/corpus/<target>/seed-*`) and every crash
+    /// the fuzzer found (`fuzz/regressions/<target>/`), in a stable order.
+    fn kept_inputs(target: &str) -> Vec<Vec<u8>> {
+        let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+        let mut paths = Vec::new();
+        for folder in ["corpus", "regressions"] {
+            let Ok(entries) = std::fs::read_dir(fuzz.join(folder).join(target)) else { continue };
+            for entry in entries {
+                let path = entry.unwrap().path();
+                if folder == "regressions" || path.file_name().unwrap().to_string_lossy().starts_with("seed-") {
+                    paths.push(path);
+                }
+            }
+        }
+        paths.sort();
+        paths.iter().map(|path| std::fs::read(path).unwrap()).collect()
+    }
+
     /// Every target over its seed corpus and over `fuzz/regressions/<target>/` (where a crash
     /// the fuzzer finds is kept, so it stays fixed) — a plain unit test, no fuzzer needed.
     #[test]
     fn every_fuzz_seed_and_regression_runs_clean() {
-        type Target = fn(&[u8]);
-        let targets: [(&str, Target); 6] = [
-            ("webhook", super::webhook),
-            ("charge_request", super::charge_request),
-            ("refund_request", super::refund_request),
-            ("operation", super::operation),
-            ("config", super::config),
-            ("simulator_form", super::simulator_form),
-        ];
-        let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
-        for (target, run) in targets {
-            let mut inputs = 0;
-            for folder in ["corpus", "regressions"] {
-                let Ok(entries) = std::fs::read_dir(fuzz.join(folder).join(target)) else { continue };
-                for entry in entries {
-                    let path = entry.unwrap().path();
-                    if folder == "regressions" || path.file_name().unwrap().to_string_lossy().starts_with("seed-") {
-                        run(&std::fs::read(&path).unwrap());
-                        inputs += 1;
-                    }
-                }
+        for (target, run) in TARGETS {
+            let inputs = kept_inputs(target);
+            assert!(!inputs.is_empty(), "{target} has seeds in fuzz/corpus/{target}");
+            for input in &inputs {
+                run(input);
             }
-            assert!(inputs > 0, "{target} has seeds in fuzz/corpus/{target}");
             run(b"");
         }
+    }
+
+    /// Mutated inputs per target in the suite's short form of `fuzz/run.sh`.
+    const MUTATIONS_PER_TARGET: u32 = 20_000;
+
+    /// The longest input a mutation makes, as `fuzz/run.sh`'s `-max_len`.
+    const INPUT_LEN_MAX: usize = 4_096;
+
+    /// Bytes that sit on the edges of the formats: varint continuation, sign and UTF-8 bounds,
+    /// and the separators of TOML, forms, JSON and the signature header.
+    const EDGE_BYTES: &[u8] = b"\x00\x01\x7f\x80\xff\xc3\n\r\t =&,;:.\"'[]{}#%+-tv";
+
+    /// Tokens a byte flip would rarely make: numbers past every bound, and the words the
+    /// formats key on.
+    const TOKENS: &[&[u8]] = &[
+        b"99999999999999999999",
+        b"-1",
+        b"0",
+        b"%zz",
+        b"%00",
+        b"t=",
+        b"v1=",
+        b"[consumers.",
+        b"metadata[",
+        b"\"type\":",
+        b"\xef\xbf\xbd",
+    ];
+
+    /// One input derived from `kept`: a kept input (or the splice of two), then one to four
+    /// mutations of the kinds libFuzzer makes (bit flips, edge bytes, inserted and erased runs,
+    /// copied runs, dictionary tokens, truncation), at most INPUT_LEN_MAX bytes. Pure but for
+    /// `random`.
+    fn mutate(kept: &[Vec<u8>], random: &mut impl Rng) -> Vec<u8> {
+        let mut input = kept[random.gen_range(0..kept.len())].clone();
+        if random.gen_ratio(1, 8) {
+            let other = &kept[random.gen_range(0..kept.len())];
+            input.truncate(random.gen_range(0..=input.len()));
+            input.extend_from_slice(&other[random.gen_range(0..=other.len())..]);
+        }
+        for _ in 0..random.gen_range(1..=4) {
+            let at = random.gen_range(0..=input.len());
+            match random.gen_range(0..7) {
+                0 if !input.is_empty() => {
+                    let byte = random.gen_range(0..input.len());
+                    input[byte] ^= 1 << random.gen_range(0..8);
+                }
+                1 if !input.is_empty() => {
+                    let byte = random.gen_range(0..input.len());
+                    input[byte] = EDGE_BYTES[random.gen_range(0..EDGE_BYTES.len())];
+                }
+                2 => {
+                    let run: Vec<u8> = (0..random.gen_range(1..=8)).map(|_| random.r#gen()).collect();
+                    input.splice(at..at, run);
+                }
+                3 => {
+                    let end = random.gen_range(at..=input.len().min(at + 16));
+                    input.drain(at..end);
+                }
+                4 if !input.is_empty() => {
+                    let from = random.gen_range(0..input.len());
+                    let to = random.gen_range(from..=input.len().min(from + 32));
+                    let run = input[from..to].to_vec();
+                    input.splice(at..at, run);
+                }
+                5 => {
+                    let token = TOKENS[random.gen_range(0..TOKENS.len())];
+                    input.splice(at..at, token.iter().copied());
+                }
+                _ => input.truncate(at),
+            }
+        }
+        input.truncate(INPUT_LEN_MAX);
+        input
+    }
+
+    /// The short form of `fuzz/run.sh`, so that every run of the suite fuzzes a little: each
+    /// target over MUTATIONS_PER_TARGET mutations of its kept inputs, from a fixed seed (set
+    /// `CHARGEGUARD_FUZZ_SEED` for others), with no coverage guidance and no cargo-fuzz. An
+    /// input that fails a target is written under `target/fuzz-short/<target>/`, to be copied
+    /// to `fuzz/regressions/<target>/` with its fix.
+    #[test]
+    fn every_fuzz_target_keeps_its_invariants_over_mutations_of_its_seeds() {
+        let seed: u64 = std::env::var("CHARGEGUARD_FUZZ_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or(21);
+        let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-short");
+        for (index, (target, run)) in TARGETS.into_iter().enumerate() {
+            let kept = kept_inputs(target);
+            assert!(!kept.is_empty(), "{target} has seeds in fuzz/corpus/{target}");
+            let mut random = rand_chacha::ChaCha8Rng::seed_from_u64(seed.wrapping_add(index as u64));
+            for mutation in 0..MUTATIONS_PER_TARGET {
+                let input = mutate(&kept, &mut random);
+                if std::panic::catch_unwind(|| run(&input)).is_err() {
+                    let folder = out.join(target);
+                    std::fs::create_dir_all(&folder).unwrap();
+                    let path = folder.join(format!("crash-seed{seed}-{mutation}"));
+                    std::fs::write(&path, &input).unwrap();
+                    panic!("{target} failed on mutation {mutation} of seed {seed}; the input is {}", path.display());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mutations_stay_within_the_length_bound_and_differ_from_their_seeds() {
+        let kept = vec![b"amount=2000&currency=usd".to_vec(), vec![0x08; INPUT_LEN_MAX]];
+        let mut random = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let inputs: Vec<Vec<u8>> = (0..2_000).map(|_| mutate(&kept, &mut random)).collect();
+        assert!(inputs.iter().all(|input| input.len() <= INPUT_LEN_MAX));
+        let changed = inputs.iter().filter(|input| !kept.contains(input)).count();
+        assert!(changed > 1_800, "only {changed} of 2000 mutations changed their input");
     }
 
     /// The refund seeds start the fuzzer past validation: by key with an amount and by attempt
