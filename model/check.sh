@@ -7,6 +7,8 @@
 #   model/check.sh            N=2 FAULTS=1 TMAX=5 safety, N=1 liveness   (~30 s)
 #   model/check.sh --large    N=3 FAULTS=1 TMAX=5 safety, N=2 FAULTS=1 liveness (minutes, GBs)
 #   model/check.sh --prefix   the pre-fix clock model: spin's trail of the second charge
+#   model/check.sh --two-faults   two faults per run: N=2 FAULTS=2 TMAX=5 safety, N=1 FAULTS=2
+#                             liveness (about 10 minutes; ~9.2 GB, so MEMORY_MB defaults to 12288 here)
 set -euo pipefail
 model=$(cd "$(dirname "$0")" && pwd)/chargeguard.pml
 work=$(mktemp -d)
@@ -15,7 +17,11 @@ cd "$work"
 
 # MEMLIM (MB) stops a search that outgrows the machine instead of swapping; COLLAPSE trades
 # time for memory at the large bound.
-memory_mb=${MEMORY_MB:-8192}
+if [ "${1:-}" = --two-faults ]; then
+  memory_mb=${MEMORY_MB:-12288}
+else
+  memory_mb=${MEMORY_MB:-8192}
+fi
 
 check() { # name, liveness (0/1), spin -D… defines
   local name=$1 liveness=$2
@@ -51,6 +57,10 @@ case "${1:-}" in
     spin -t -p -DPREFIX_CLOCK -DNO_RETENTION_ASSERT chargeguard.pml |
       grep -vE '^\s+[a-z_]+ = ' | grep -vE '\[(else|\(1\))\]$'
     ;;
+  --two-faults)
+    check safety 0 -DN=2 -DFAULTS=2 -DTMAX=5
+    check liveness 1 -DN=1 -DFAULTS=2 -DTMAX=5
+    ;;
   --large)
     check safety 0 -DN=3 -DFAULTS=1 -DTMAX=5
     check liveness 1 -DN=2 -DFAULTS=1 -DTMAX=5
@@ -60,7 +70,7 @@ case "${1:-}" in
     check liveness 1 -DN=1
     ;;
   *)
-    echo "usage: model/check.sh [--large | --prefix]" >&2
+    echo "usage: model/check.sh [--large | --prefix | --two-faults]" >&2
     exit 2
     ;;
 esac
