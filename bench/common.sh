@@ -140,13 +140,16 @@ stop_all() {
 # `serve` (serve_config with CONNECTIONS pooled connections, the sweep off, the extra settings
 # added to its environment) on the database DB, each ready; logs $OUT/sim-LABEL.log and
 # $OUT/serve-LABEL.log. Sets sim_pid, serve_pid and token (the load generator's).
+# The benchmarks' simulator keeps this many objects and idempotency keys: at 0 ms a row creates
+# ~50,000 a second, past the default 100,000 objects within its warm-up (every measured call of
+# latency.sh's simulator-alone row then failed).
+SIM_LIMITS=(--objects-max 4000000 --idempotency-keys-max 4000000)
+
 start_sim_and_serve() {
   local bin=$1 connections=$2 label=$3
   shift 3
-  # Limits as bench/run.sh's: at 0 ms the simulator-alone row of latency.sh creates ~50,000 a
-  # second, past the default 100,000 objects within its warm-up (every measured call then failed).
-  "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" \
-    --objects-max 4000000 --idempotency-keys-max 4000000 >"$OUT/sim-$label.log" 2>&1 &
+  "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" "${SIM_LIMITS[@]}" \
+    >"$OUT/sim-$label.log" 2>&1 &
   sim_pid=$!
   wait_http "http://$SIM_ADDR/_sim/clock"
   token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')

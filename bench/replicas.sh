@@ -52,8 +52,7 @@ psql -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null
 psql -d postgres -qc "CREATE DATABASE $DB" >/dev/null
 CHARGEGUARD_DATABASE__URL=$(db_url $DB) "$BIN" migrate >/dev/null
 
-"$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" \
-  --objects-max 4000000 --idempotency-keys-max 4000000 >"$OUT/sim.log" 2>&1 &
+"$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" "${SIM_LIMITS[@]}" >"$OUT/sim.log" 2>&1 &
 pids+=($!)
 wait_http "http://$SIM_ADDR/_sim/clock" 200
 

@@ -219,8 +219,7 @@ echo "tps $(pgbench_tps by-key), latency average $(pgbench_latency by-key) ms"
 
 # --- the service -----------------------------------------------------------------------------------
 log "starting the simulator on $SIM_ADDR and chargeguard on $GRPC_ADDR"
-"$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" \
-  --objects-max 4000000 --idempotency-keys-max 4000000 >"$OUT/sim.log" 2>&1 &
+"$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" "${SIM_LIMITS[@]}" >"$OUT/sim.log" 2>&1 &
 sim_pid=$!
 wait_http "http://$SIM_ADDR/_sim/clock"
 
