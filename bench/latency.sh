@@ -10,6 +10,7 @@
 #   bash bench/latency.sh                                  (about a minute; needs a release build)
 #   bash bench/latency.sh CHARGEGUARD_DATABASE__GROUP_COMMIT__ENABLED=false   extra settings for `serve`
 #   BENCH_BIN=target/compare/a-REV bash bench/latency.sh   another build (bench/compare.sh keeps its builds there)
+# Files: BENCH_OUT, by default target/bench-latency/<the extra settings, or "defaults">.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PGHOST=${BENCH_PGHOST:-127.0.0.1} PGPORT=${BENCH_PGPORT:-5432} PGUSER=${BENCH_PGUSER:-postgres}
@@ -20,7 +21,9 @@ SECONDS_MEASURED=${BENCH_SECONDS:-15}
 SECONDS_WARMUP=${BENCH_WARMUP_SECONDS:-3}
 SIM_LATENCY_MS=${BENCH_SIM_LATENCY_MS:-20}
 TABLE_ROWS=${BENCH_TABLE_ROWS:-100000}
-OUT=${BENCH_OUT:-target/bench-latency}
+# One directory per set of extra settings, so that a loop over settings keeps every run's files.
+settings_slug=$(printf '%s' "${*:-defaults}" | tr -c 'A-Za-z0-9=._-' '_')
+OUT=${BENCH_OUT:-target/bench-latency/$settings_slug}
 BIN=${BENCH_BIN:-target/release/chargeguard}
 DB=cg_bench_latency
 SIM_ADDR=127.0.0.1:18411
