@@ -190,7 +190,16 @@ async fn run_charge(args: ChargeArgs) -> anyhow::Result<()> {
         tls: if args.tls.wanted(&endpoint) { Some(args.tls.client_config().map_err(anyhow::Error::msg)?) } else { None },
     })?;
     let report = load::run(settings, provider).await?;
-    emit(&report.to_string(), &report.json_line(), args.json_out.as_deref())
+    emit(&report.to_string(), &report.json_line(), args.json_out.as_deref())?;
+    // A row whose every call failed still has a rate and a latency: the scripts that read the
+    // report must not take it for a figure of charges (bench/run.sh stops on this exit).
+    if report.every_call_failed() {
+        anyhow::bail!(
+            "every one of the {} calls failed (outcomes above): the figures are of failures, not of answers",
+            report.requests
+        );
+    }
+    Ok(())
 }
 
 /// The provider client the service would build for `base_url`, and the request `Charge` sends.

@@ -192,6 +192,11 @@ impl LoadReport {
     pub fn json_line(&self) -> String {
         tagged_json_line("chargeguard_bench", self)
     }
+
+    /// Calls were made and none was answered: the run measured failures.
+    pub fn every_call_failed(&self) -> bool {
+        self.requests > 0 && self.ok == 0
+    }
 }
 
 /// `{"<tag>": <report>}` on one line: a script finds its report by the tag.
@@ -321,5 +326,21 @@ mod tests {
         assert_eq!(body["outcomes"]["applied"], 1);
         assert!(body["latency_ms"]["p99"].as_f64().unwrap() >= 2.9);
         assert!(body["latency_duplicate_ms"].is_null());
+    }
+
+    #[test]
+    fn a_run_failed_only_when_calls_were_made_and_none_was_answered() {
+        let report_of = |results: &[CallResult]| {
+            let mut recorder = Recorder::default();
+            for result in results {
+                recorder.record(CallKind::New, Duration::from_millis(1), result.clone());
+            }
+            recorder.report(run(), Duration::from_secs(1))
+        };
+        let failed = || CallResult::Failed("unauthenticated".into());
+        assert!(report_of(&[failed(), failed()]).every_call_failed());
+        // A decline is an answer, and one answer among failures is a run that reached the service.
+        assert!(!report_of(&[failed(), CallResult::Answered("declined")]).every_call_failed());
+        assert!(!report_of(&[]).every_call_failed(), "no call, no failure");
     }
 }

@@ -240,6 +240,34 @@ async fn bench_health_check_and_provider_runs_call_only_their_target() {
     assert_eq!(app.attempt_rows().await, 0);
 }
 
+/// A run whose every call failed (here: a token the service does not know) still writes its
+/// report, and exits non-zero saying so, so that no script reads its rate as a figure of charges.
+#[tokio::test]
+async fn bench_charge_fails_when_every_call_failed() {
+    let app = TestApp::spawn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("failed.json");
+    let endpoint = format!("http://{}", app.grpc_addr);
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
+        .args(["bench", "charge", "--endpoint", &endpoint, "--requests", "12", "--concurrency", "3",
+               "--connections", "1", "--json-out", json.to_str().unwrap()])
+        .env("CHARGEGUARD_BENCH_TOKEN", "not-a-token-of-this-service")
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("chargeguard runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a run of failures must not exit 0: {stderr}");
+    assert!(stderr.contains("every one of the 12 calls failed"), "{stderr}");
+    let failed = report(&json, "chargeguard_bench");
+    assert_eq!(count(&failed, "requests"), 12, "{failed}");
+    assert_eq!(count(&failed, "ok"), 0, "{failed}");
+    let outcomes = failed["outcomes"].as_object().unwrap();
+    assert!(outcomes.keys().all(|outcome| outcome.starts_with("error:unauthenticated/")), "{failed}");
+    assert_eq!(app.attempt_rows().await, 0);
+    assert!(app.sim().ledger().await.unwrap().payment_intents.is_empty());
+}
+
 /// The benchmark scripts load the machine and start their processes on fixed ports: one at a
 /// time, so that neither's calls time out under the other's load.
 static BENCHMARK_SCRIPTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
