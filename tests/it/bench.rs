@@ -9,14 +9,9 @@ use serde_json::Value;
 use crate::support::health::wait_until_serving;
 use crate::support::{ORDERS_TOKEN, SIM_API_KEY, TestApp};
 
+/// Runs the built binary with `args` and fails the test unless it exited 0.
 async fn chargeguard(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
-        .args(args)
-        .envs(envs.iter().copied())
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .expect("chargeguard runs");
+    let output = run_chargeguard(args, envs).await;
     assert!(
         output.status.success(),
         "chargeguard {args:?} failed:\n{}\n{}",
@@ -24,6 +19,17 @@ async fn chargeguard(args: &[&str], envs: &[(&str, &str)]) -> Output {
         String::from_utf8_lossy(&output.stderr)
     );
     output
+}
+
+/// Runs the built binary with `args`, whatever its exit status.
+async fn run_chargeguard(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .expect("chargeguard runs")
 }
 
 /// The body of the tagged JSON line the bench printed (also written to its --json-out file).
@@ -248,14 +254,12 @@ async fn bench_charge_fails_when_every_call_failed() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("failed.json");
     let endpoint = format!("http://{}", app.grpc_addr);
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_chargeguard"))
-        .args(["bench", "charge", "--endpoint", &endpoint, "--requests", "12", "--concurrency", "3",
-               "--connections", "1", "--json-out", json.to_str().unwrap()])
-        .env("CHARGEGUARD_BENCH_TOKEN", "not-a-token-of-this-service")
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .expect("chargeguard runs");
+    let output = run_chargeguard(
+        &["bench", "charge", "--endpoint", &endpoint, "--requests", "12", "--concurrency", "3",
+          "--connections", "1", "--json-out", json.to_str().unwrap()],
+        &[("CHARGEGUARD_BENCH_TOKEN", "not-a-token-of-this-service")],
+    )
+    .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "a run of failures must not exit 0: {stderr}");
     assert!(stderr.contains("every one of the 12 calls failed"), "{stderr}");
