@@ -13,13 +13,19 @@
 #   BENCH_ENV_B="CHARGEGUARD_DATABASE__GROUP_COMMIT__WAIT_MAX_US=1000" bash bench/compare.sh HEAD HEAD
 #                                          one build, two settings: BENCH_ENV_A / BENCH_ENV_B are
 #                                          added to the environment of that build's `serve`
+#   BENCH_BIN_A=/tmp/cg-a [BENCH_BIN_B=/tmp/cg-b] bash bench/compare.sh
+#                                          binaries already built: nothing is built, and B is A's
+#                                          binary when BENCH_BIN_B is left out (one build, two
+#                                          settings with BENCH_ENV_A / BENCH_ENV_B)
 #
 # A revision is built in a temporary git worktree into the same target/ (dependencies are
 # reused; only chargeguard is compiled again), and its binary kept as target/compare/<rev>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { echo "usage: bench/compare.sh REV_A [REV_B]" >&2; exit 2; }
-REV_A=$1
+BIN_A=${BENCH_BIN_A:-}
+BIN_B=${BENCH_BIN_B:-$BIN_A}
+[ $# -ge 1 ] || [ -n "$BIN_A" ] || { echo "usage: bench/compare.sh REV_A [REV_B], or BENCH_BIN_A=… bash bench/compare.sh" >&2; exit 2; }
+REV_A=${1:-}
 REV_B=${2:-}
 ENV_A=${BENCH_ENV_A:-}
 ENV_B=${BENCH_ENV_B:-}
@@ -67,18 +73,26 @@ build() {
   cp target/release/chargeguard "$OUT/$label"
 }
 
-label_a=a-$(git rev-parse --short "$REV_A")
-if [ -n "$REV_B" ]; then label_b=b-$(git rev-parse --short "$REV_B"); else label_b=b-worktree; fi
-log "building $label_a${ENV_A:+ ($ENV_A)} and $label_b${ENV_B:+ ($ENV_B)}"
-build "$REV_A" "$label_a"
-if [ -n "$REV_B" ] && [ "$(git rev-parse "$REV_A")" = "$(git rev-parse "$REV_B")" ]; then
-  cp "$OUT/$label_a" "$OUT/$label_b"
-  [ "$ENV_A" != "$ENV_B" ] || echo "bench/compare.sh: one build and one setting on both sides (A / A)" >&2
+if [ -n "$BIN_A" ]; then
+  label_a=a-$(basename "$BIN_A") label_b=b-$(basename "$BIN_B")
+  log "binaries $BIN_A${ENV_A:+ ($ENV_A)} and $BIN_B${ENV_B:+ ($ENV_B)}, nothing built"
+  cp "$BIN_A" "$OUT/$label_a"
+  cp "$BIN_B" "$OUT/$label_b"
+  [ "$BIN_A" != "$BIN_B" ] || [ "$ENV_A" != "$ENV_B" ] || echo "bench/compare.sh: one build and one setting on both sides (A / A)" >&2
 else
-  # The work tree last, so that target/release/chargeguard is the work tree's again afterwards.
-  build "$REV_B" "$label_b"
-  if cmp -s "$OUT/$label_a" "$OUT/$label_b"; then
-    echo "bench/compare.sh: $label_a and $label_b are the same binary" >&2
+  label_a=a-$(git rev-parse --short "$REV_A")
+  if [ -n "$REV_B" ]; then label_b=b-$(git rev-parse --short "$REV_B"); else label_b=b-worktree; fi
+  log "building $label_a${ENV_A:+ ($ENV_A)} and $label_b${ENV_B:+ ($ENV_B)}"
+  build "$REV_A" "$label_a"
+  if [ -n "$REV_B" ] && [ "$(git rev-parse "$REV_A")" = "$(git rev-parse "$REV_B")" ]; then
+    cp "$OUT/$label_a" "$OUT/$label_b"
+    [ "$ENV_A" != "$ENV_B" ] || echo "bench/compare.sh: one build and one setting on both sides (A / A)" >&2
+  else
+    # The work tree last, so that target/release/chargeguard is the work tree's again afterwards.
+    build "$REV_B" "$label_b"
+    if cmp -s "$OUT/$label_a" "$OUT/$label_b"; then
+      echo "bench/compare.sh: $label_a and $label_b are the same binary" >&2
+    fi
   fi
 fi
 

@@ -278,10 +278,11 @@ static BENCHMARK_SCRIPTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new
 
 /// Runs a benchmark script in its short form (rows of 2 s after 1 s of warm-up) with this build,
 /// its files in `out`, alone.
-async fn benchmark_script(script: &str, out: &std::path::Path, envs: &[(&str, &str)]) -> Output {
+async fn benchmark_script(script: &str, args: &[&str], out: &std::path::Path, envs: &[(&str, &str)]) -> Output {
     let _alone = BENCHMARK_SCRIPTS.lock().await;
     tokio::process::Command::new("bash")
         .arg(script)
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("BENCH_BIN", env!("CARGO_BIN_EXE_chargeguard"))
         .env("BENCH_OUT", out)
@@ -301,7 +302,7 @@ async fn benchmark_script(script: &str, out: &std::path::Path, envs: &[(&str, &s
 #[ignore = "the benchmark's short form: the README's test command runs it after the suite"]
 async fn the_latency_script_prints_every_stage_in_its_short_form() {
     let out = tempfile::tempdir().unwrap();
-    let output = benchmark_script("bench/latency.sh", out.path(), &[("BENCH_TABLE_ROWS", "1000")]).await;
+    let output = benchmark_script("bench/latency.sh", &[], out.path(), &[("BENCH_TABLE_ROWS", "1000")]).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "bench/latency.sh failed:\n{stdout}\n{stderr}");
@@ -333,7 +334,7 @@ async fn the_latency_script_prints_every_stage_in_its_short_form() {
 async fn the_benchmark_script_runs_every_row_in_its_short_form() {
     let out = tempfile::tempdir().unwrap();
     let output =
-        benchmark_script("bench/run.sh", out.path(), &[("BENCH_SCALE", "small"), ("BENCH_SIDE_BY_SIDE_ROUNDS", "2")])
+        benchmark_script("bench/run.sh", &[], out.path(), &[("BENCH_SCALE", "small"), ("BENCH_SIDE_BY_SIDE_ROUNDS", "2")])
             .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "bench/run.sh failed:\n{stderr}");
@@ -370,4 +371,77 @@ async fn the_benchmark_script_runs_every_row_in_its_short_form() {
     }
     let checks = summary["checks"].as_array().unwrap();
     assert_eq!(checks.len(), 6, "every target measured: {checks:?}");
+}
+
+/// `bench/compare.sh` (two builds, or one build with two settings, interleaved round by round)
+/// in a short form with this build on both sides, group commit on in A and off in B: both sides
+/// and pgbench run, no call fails, each side gets its own settings (only A's statements are
+/// batched) and the medians and B / A are printed, so the script the levers of issue 21 were
+/// measured with is checked on every change. Ignored in the suite for its load.
+#[tokio::test]
+#[ignore = "the benchmark's short form: the README's test command runs it after the suite"]
+async fn the_compare_script_runs_both_sides_with_their_own_settings_in_its_short_form() {
+    let out = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_chargeguard");
+    let output = benchmark_script(
+        "bench/compare.sh",
+        &[],
+        out.path(),
+        &[
+            ("BENCH_BIN_A", bin),
+            ("BENCH_ENV_B", "CHARGEGUARD_DATABASE__GROUP_COMMIT__ENABLED=false"),
+            ("BENCH_ROUNDS", "1"),
+            ("BENCH_TABLE_ROWS", "1000"),
+        ],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench/compare.sh failed:\n{stdout}\n{stderr}");
+    let runs: Vec<Value> = std::fs::read_to_string(out.path().join("runs.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let build = |label: &str| -> Value {
+        runs.iter().find(|run| run["build"] == label).unwrap_or_else(|| panic!("a run of {label}: {runs:?}")).clone()
+    };
+    assert_eq!(runs.len(), 3, "A, B and pgbench, one round: {runs:?}");
+    assert!(build("pgbench")["transactions"].as_u64().is_some_and(|count| count > 0), "{runs:?}");
+    for side in ["a-chargeguard", "b-chargeguard"] {
+        let charge = &build(side)["charge"]["chargeguard_bench"];
+        assert!(count(charge, "ok") > 0, "{side}: {charge}");
+        assert_eq!(count(charge, "errors"), 0, "{side}: {charge}");
+    }
+    let stages = |side: &str| build(side)["stages"].clone();
+    let batched = |side: &str| stages(side).as_object().unwrap().keys().any(|stage| stage.starts_with("batch_rows:"));
+    assert!(batched("a-chargeguard"), "A runs with group commit on: {}", stages("a-chargeguard"));
+    assert!(!batched("b-chargeguard"), "B's own setting (group commit off) reached its service: {}", stages("b-chargeguard"));
+    assert!(stdout.contains("medians") && stdout.contains("B / A"), "{stdout}");
+}
+
+/// `bench/fresh_database.sh` (new charges on a database ANALYZE never saw, and how the table was
+/// read meanwhile) in a short form with this build: its row is printed with the charges it wrote
+/// and the index fetches that read them. Ignored in the suite for its load.
+#[tokio::test]
+#[ignore = "the benchmark's short form: the README's test command runs it after the suite"]
+async fn the_fresh_database_script_prints_how_the_table_was_read_in_its_short_form() {
+    let out = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_chargeguard");
+    let output = benchmark_script("bench/fresh_database.sh", &[bin], out.path(), &[("BENCH_ROUNDS", "1")]).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench/fresh_database.sh failed:\n{stdout}\n{stderr}");
+    let row: Vec<&str> = stdout
+        .lines()
+        .find(|line| line.starts_with(bin))
+        .unwrap_or_else(|| panic!("a row for {bin}:\n{stdout}"))
+        .split_whitespace()
+        .collect();
+    // binary, round, charges/s, seq scans, rows they read, fetched by index, rows written
+    assert_eq!(row.len(), 7, "{row:?}");
+    let number = |column: usize| row[column].parse::<u64>().unwrap_or_else(|_| panic!("column {column}: {row:?}"));
+    assert!(number(2) > 0, "charges/s: {row:?}");
+    assert!(number(6) > 0, "rows written: {row:?}");
+    assert!(number(5) > 0, "rows fetched by index (the answers of duplicates and finishes): {row:?}");
 }
