@@ -443,5 +443,5 @@ async fn the_fresh_database_script_prints_how_the_table_was_read_in_its_short_fo
     let number = |column: usize| row[column].parse::<u64>().unwrap_or_else(|_| panic!("column {column}: {row:?}"));
     assert!(number(2) > 0, "charges/s: {row:?}");
     assert!(number(6) > 0, "rows written: {row:?}");
-    assert!(number(5) > 0, "rows fetched by index (the answers of duplicates and finishes): {row:?}");
+    assert!(number(5) > 0, "rows fetched by index (each finish finds its row by id): {row:?}");
 }
