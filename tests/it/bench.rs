@@ -277,10 +277,10 @@ async fn bench_charge_fails_when_every_call_failed() {
 static BENCHMARK_SCRIPTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs a benchmark script in its short form (rows of 2 s after 1 s of warm-up) with this build,
-/// its files in `out`, alone.
-async fn benchmark_script(script: &str, args: &[&str], out: &std::path::Path, envs: &[(&str, &str)]) -> Output {
+/// its files in `out`, alone; fails the test unless it exited 0, and returns what it printed.
+async fn benchmark_script(script: &str, args: &[&str], out: &std::path::Path, envs: &[(&str, &str)]) -> String {
     let _alone = BENCHMARK_SCRIPTS.lock().await;
-    tokio::process::Command::new("bash")
+    let output = tokio::process::Command::new("bash")
         .arg(script)
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -291,7 +291,11 @@ async fn benchmark_script(script: &str, args: &[&str], out: &std::path::Path, en
         .envs(envs.iter().copied())
         .output()
         .await
-        .expect("bash runs")
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{script} failed:\n{stdout}\n{stderr}");
+    stdout
 }
 
 /// `bench/latency.sh` (the p99 row alone, and where the service's added time goes) in a short
@@ -302,10 +306,7 @@ async fn benchmark_script(script: &str, args: &[&str], out: &std::path::Path, en
 #[ignore = "the benchmark's short form: the README's test command runs it after the suite"]
 async fn the_latency_script_prints_every_stage_in_its_short_form() {
     let out = tempfile::tempdir().unwrap();
-    let output = benchmark_script("bench/latency.sh", &[], out.path(), &[("BENCH_TABLE_ROWS", "1000")]).await;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "bench/latency.sh failed:\n{stdout}\n{stderr}");
+    let stdout = benchmark_script("bench/latency.sh", &[], out.path(), &[("BENCH_TABLE_ROWS", "1000")]).await;
     for row in ["service", "provider"] {
         let report = report(&out.path().join(format!("{row}.json")), "chargeguard_bench");
         assert!(count(&report, "ok") > 0, "{row}: {report}");
@@ -333,11 +334,7 @@ async fn the_latency_script_prints_every_stage_in_its_short_form() {
 #[ignore = "the benchmark's short form: the README's test command runs it after the suite"]
 async fn the_benchmark_script_runs_every_row_in_its_short_form() {
     let out = tempfile::tempdir().unwrap();
-    let output =
-        benchmark_script("bench/run.sh", &[], out.path(), &[("BENCH_SCALE", "small"), ("BENCH_SIDE_BY_SIDE_ROUNDS", "2")])
-            .await;
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "bench/run.sh failed:\n{stderr}");
+    benchmark_script("bench/run.sh", &[], out.path(), &[("BENCH_SCALE", "small"), ("BENCH_SIDE_BY_SIDE_ROUNDS", "2")]).await;
 
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).unwrap()).unwrap();
@@ -383,7 +380,7 @@ async fn the_benchmark_script_runs_every_row_in_its_short_form() {
 async fn the_compare_script_runs_both_sides_with_their_own_settings_in_its_short_form() {
     let out = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_chargeguard");
-    let output = benchmark_script(
+    let stdout = benchmark_script(
         "bench/compare.sh",
         &[],
         out.path(),
@@ -395,9 +392,6 @@ async fn the_compare_script_runs_both_sides_with_their_own_settings_in_its_short
         ],
     )
     .await;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "bench/compare.sh failed:\n{stdout}\n{stderr}");
     let runs: Vec<Value> = std::fs::read_to_string(out.path().join("runs.jsonl"))
         .unwrap()
         .lines()
@@ -428,10 +422,7 @@ async fn the_compare_script_runs_both_sides_with_their_own_settings_in_its_short
 async fn the_fresh_database_script_prints_how_the_table_was_read_in_its_short_form() {
     let out = tempfile::tempdir().unwrap();
     let bin = env!("CARGO_BIN_EXE_chargeguard");
-    let output = benchmark_script("bench/fresh_database.sh", &[bin], out.path(), &[("BENCH_ROUNDS", "1")]).await;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "bench/fresh_database.sh failed:\n{stdout}\n{stderr}");
+    let stdout = benchmark_script("bench/fresh_database.sh", &[bin], out.path(), &[("BENCH_ROUNDS", "1")]).await;
     let row: Vec<&str> = stdout
         .lines()
         .find(|line| line.starts_with(bin))
