@@ -21,46 +21,36 @@ cd "$work"
 # time for memory at the large bound.
 memory_mb=${MEMORY_MB:-8192}
 
-check() { # name, liveness (0/1), spin -D… defines
-  local name=$1 liveness=$2
-  shift 2
-  local spin_flags=(-a) gcc_flags=(-O2 -w "-DMEMLIM=$memory_mb" -DCOLLAPSE -DNFAIR=4) pan_flags=(-m1000000)
-  if [ "$liveness" = 1 ]; then
-    spin_flags+=(-DLIVENESS)
-    pan_flags+=(-a -f)
-  else
-    gcc_flags+=(-DSAFETY)
-  fi
+# A bitstate search (spin's supertrace) is for a bound whose states do not fit in memory however
+# compressed: each state is a few bits of a 2^BITSTATE_LOG2_BITS-bit array, so the search always
+# ends, but two states that hash alike count as one and the second's successors may go
+# unvisited. pan's hash factor (bits per state stored) says how likely that was: above 100 the
+# search is as good as exhaustive; lower, it is a large sample, not a proof.
+check() { # search (safety, liveness or bitstate: safety by bitstate hashing), spin -D… defines
+  local search=$1
+  shift
+  local spin_flags=(-a) gcc_flags=(-O2 -w -DNFAIR=4) pan_flags=(-m1000000)
+  case "$search" in
+    liveness)
+      spin_flags+=(-DLIVENESS)
+      gcc_flags+=("-DMEMLIM=$memory_mb" -DCOLLAPSE)
+      pan_flags+=(-a -f)
+      ;;
+    safety) gcc_flags+=(-DSAFETY "-DMEMLIM=$memory_mb" -DCOLLAPSE) ;;
+    bitstate)
+      gcc_flags+=(-DSAFETY -DBITSTATE)
+      pan_flags+=("-w${BITSTATE_LOG2_BITS:-35}")
+      ;;
+  esac
   spin "${spin_flags[@]}" "$@" "$model" >/dev/null
   gcc "${gcc_flags[@]}" -o pan pan.c
-  echo "== $name ($*)"
+  echo "== $search ($*)"
   local started=$SECONDS
-  ./pan "${pan_flags[@]}" | tee pan.out | grep -E 'violated|acceptance cycle|errors:|states, stored|depth too small|MEMLIM|out of memory' || true
+  ./pan "${pan_flags[@]}" | tee pan.out |
+    grep -E 'violated|acceptance cycle|errors:|states, stored|hash factor|depth too small|MEMLIM|out of memory' || true
   echo "   wall clock $((SECONDS - started)) s"
   # A search cut short by memory or depth proves nothing, even with no error found.
   if grep -qE 'MEMLIM|depth too small|out of memory' pan.out; then
-    echo "   incomplete search" >&2
-    return 1
-  fi
-  grep -q 'errors: 0' pan.out
-}
-
-# Safety by bitstate hashing (spin's supertrace), for a bound whose states do not fit in memory
-# however compressed: each state is a few bits of a 2^BITSTATE_LOG2_BITS-bit array, so the search
-# always ends, but two states that hash alike count as one and the second's successors may go
-# unvisited. pan's hash factor (bits per state stored) says how likely that was: above 100 the
-# search is as good as exhaustive; lower, it is a large sample, not a proof.
-bitstate() { # name, spin -D… defines
-  local name=$1
-  shift
-  spin -a "$@" "$model" >/dev/null
-  gcc -O2 -w -DSAFETY -DBITSTATE -DNFAIR=4 -o pan pan.c
-  echo "== $name, bitstate ($*)"
-  local started=$SECONDS
-  ./pan -m1000000 "-w${BITSTATE_LOG2_BITS:-35}" | tee pan.out |
-    grep -E 'violated|errors:|states, stored|hash factor|depth too small' || true
-  echo "   wall clock $((SECONDS - started)) s"
-  if grep -q 'depth too small' pan.out; then
     echo "   incomplete search" >&2
     return 1
   fi
@@ -80,20 +70,20 @@ case "${1:-}" in
   --two-faults)
     # Its safety search holds ~9.2 GB.
     memory_mb=${MEMORY_MB:-12288}
-    check safety 0 -DN=2 -DFAULTS=2 -DTMAX=5
-    check liveness 1 -DN=1 -DFAULTS=2 -DTMAX=5
+    check safety -DN=2 -DFAULTS=2 -DTMAX=5
+    check liveness -DN=1 -DFAULTS=2 -DTMAX=5
     ;;
   --bitstate)
     # N=3 with two faults stored more than 1.35e8 states before 8 GB ran out (model/README.md).
-    bitstate safety -DN=3 -DFAULTS=2 -DTMAX=5
+    check bitstate -DN=3 -DFAULTS=2 -DTMAX=5
     ;;
   --large)
-    check safety 0 -DN=3 -DFAULTS=1 -DTMAX=5
-    check liveness 1 -DN=2 -DFAULTS=1 -DTMAX=5
+    check safety -DN=3 -DFAULTS=1 -DTMAX=5
+    check liveness -DN=2 -DFAULTS=1 -DTMAX=5
     ;;
   "")
-    check safety 0
-    check liveness 1 -DN=1
+    check safety
+    check liveness -DN=1
     ;;
   *)
     echo "usage: model/check.sh [--large | --prefix | --two-faults | --bitstate]" >&2
