@@ -113,8 +113,10 @@ async fn processing_payments_settle_by_the_sim_clock() {
         .unwrap();
     assert_eq!(succeeds.status, PaymentIntentStatus::Processing);
     assert_eq!(fails.status, PaymentIntentStatus::Processing);
+    // 55 s, not 59: the sim clock counts whole wall seconds too, so a second boundary crossed
+    // while the test runs would already settle at 59 (it did, in a slow CI run).
     sim.control
-        .advance_clock(Duration::from_secs(59))
+        .advance_clock(Duration::from_secs(55))
         .await
         .unwrap();
     let still = RetrievePaymentIntent::new(succeeds.id.clone())
@@ -123,7 +125,7 @@ async fn processing_payments_settle_by_the_sim_clock() {
         .unwrap();
     assert_eq!(still.status, PaymentIntentStatus::Processing);
     sim.control
-        .advance_clock(Duration::from_secs(2))
+        .advance_clock(Duration::from_secs(6))
         .await
         .unwrap();
     let settled = RetrievePaymentIntent::new(succeeds.id.clone())
