@@ -151,6 +151,7 @@ impl Application {
     pub async fn run(self) -> anyhow::Result<()> {
         let core = &self.core;
         let metrics = crate::telemetry::metrics_handle();
+        crate::telemetry::register_alert_counters();
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
         let reflection_builder = || {
             tonic_reflection::server::Builder::configure()

@@ -25,6 +25,44 @@ pub fn init_logging(format: LogFormat) {
     };
 }
 
+/// The counters an operator alerts on: each increase says money moved where it should not have,
+/// or work was left undone. Each is on `/metrics` at 0 from the start ([`register_alert_counters`]):
+/// a series that first appears at 1 has no earlier sample, so Prometheus' `increase()` and
+/// `rate()` see no increase and the first double charge would raise no alert.
+pub mod alert_counters {
+    pub const SUCCEEDED_AFTER_FAILURE: &str = "chargeguard_succeeded_after_failure_total";
+    pub const REFUNDS_FAILED_AFTER_SUCCESS: &str = "chargeguard_refunds_failed_after_success_total";
+    pub const ATTEMPTS_FLAGGED: &str = "chargeguard_attempts_flagged_total";
+    pub const DOUBLE_CHARGES_FOUND: &str = "chargeguard_double_charges_found_total";
+    pub const REPLAYED_FAILURES: &str = "chargeguard_replayed_failures_total";
+    pub const WEBHOOK_SETTLE_ERRORS: &str = "chargeguard_webhook_settle_errors_total";
+    pub const WEBHOOK_CLAIMS_LOST: &str = "chargeguard_webhook_claims_lost_total";
+    /// Labelled `outcome`: [`REPORT_OUTCOMES`].
+    pub const REPORT_RUNS: &str = "chargeguard_report_runs_total";
+    pub const REPORT_OUTCOMES: [&str; 3] = ["clean", "discrepancies", "error"];
+
+    pub(super) const UNLABELLED: [&str; 7] = [
+        SUCCEEDED_AFTER_FAILURE,
+        REFUNDS_FAILED_AFTER_SUCCESS,
+        ATTEMPTS_FLAGGED,
+        DOUBLE_CHARGES_FOUND,
+        REPLAYED_FAILURES,
+        WEBHOOK_SETTLE_ERRORS,
+        WEBHOOK_CLAIMS_LOST,
+    ];
+}
+
+/// Puts every alert counter on `/metrics` at its current value (0 in a new process). Adding 0
+/// rather than setting it: applications in one test process share the recorder.
+pub fn register_alert_counters() {
+    for name in alert_counters::UNLABELLED {
+        metrics::counter!(name).increment(0);
+    }
+    for outcome in alert_counters::REPORT_OUTCOMES {
+        metrics::counter!(alert_counters::REPORT_RUNS, "outcome" => outcome).increment(0);
+    }
+}
+
 static METRICS: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Every histogram is exported as a Prometheus histogram with these upper bounds (seconds), not

@@ -17,6 +17,7 @@ use crate::domain::{
 };
 use crate::provider::{ConfirmPayment, CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, ProviderError};
 use crate::store::{CallerTime, LeaseRequest, Leased, RoundResult};
+use crate::telemetry::alert_counters;
 
 /// The provider's largest list page.
 const LIST_PAGE_SIZE: u32 = 100;
@@ -78,7 +79,7 @@ impl RoundObservation {
     /// counts as a call, the key is never sent again (sticky), and when the lookup found nothing
     /// to adopt the caller hears of the replayed failure.
     fn after_replayed_failure(mut self, message: String) -> Self {
-        metrics::counter!("chargeguard_replayed_failures_total").increment(1);
+        metrics::counter!(alert_counters::REPLAYED_FAILURES).increment(1);
         self.calls_made += 1;
         self.create_replays_failure = true;
         if self.outcome.is_err() {
@@ -152,9 +153,9 @@ impl Orchestrator {
         if let Some(reason) = &result.review_reason {
             tracing::error!(attempt_id = %attempt.id, operation_key = %attempt.operation_key,
                 reason = %reason, "attempt needs review");
-            metrics::counter!("chargeguard_attempts_flagged_total").increment(1);
+            metrics::counter!(alert_counters::ATTEMPTS_FLAGGED).increment(1);
             if reason.starts_with("double charge") {
-                metrics::counter!("chargeguard_double_charges_found_total").increment(1);
+                metrics::counter!(alert_counters::DOUBLE_CHARGES_FOUND).increment(1);
             }
         }
         Ok(RoundEnd { attempt, provider_error: observed.outcome.err(), lease_lost })

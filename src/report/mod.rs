@@ -27,6 +27,7 @@ use crate::clock::Clock;
 use crate::config::ReportConfig;
 use crate::provider::{PaymentProvider, ProviderError};
 use crate::store::{ReportStore, RunId, StoreError};
+use crate::telemetry::alert_counters;
 
 pub use category::{Category, Thresholds, classify};
 pub use model::{
@@ -171,7 +172,7 @@ impl Reporter {
                 })
             }
             Err(error) => {
-                metrics::counter!("chargeguard_report_runs_total", "outcome" => "error")
+                metrics::counter!(alert_counters::REPORT_RUNS, "outcome" => "error")
                     .increment(1);
                 self.abandon(run).await;
                 Err(error)
@@ -265,7 +266,7 @@ impl PreparedReport {
         } else {
             "discrepancies"
         };
-        metrics::counter!("chargeguard_report_runs_total", "outcome" => outcome).increment(1);
+        metrics::counter!(alert_counters::REPORT_RUNS, "outcome" => outcome).increment(1);
         for (category, count) in &self.summary.categories {
             metrics::counter!("chargeguard_report_rows_total", "category" => category.as_str())
                 .increment(*count);

@@ -16,6 +16,7 @@ use crate::store::{CallerTime, StoreError};
 use crate::store::inbox::{
     Claim, ClaimOwner, InboxEvent, InboxOutcome, InboxStore, SettleEvent, Settlement,
 };
+use crate::telemetry::alert_counters;
 
 /// Batches drained per tick before the worker sleeps again, so one tick is bounded even when
 /// the inbox keeps filling.
@@ -114,7 +115,7 @@ impl InboxWorker {
                     outcome,
                 }),
                 Ok(None) => {
-                    metrics::counter!("chargeguard_webhook_claims_lost_total").increment(1);
+                    metrics::counter!(alert_counters::WEBHOOK_CLAIMS_LOST).increment(1);
                     report.claims_lost += 1;
                 }
                 // A row that breaks the schema's rules will not read better on the next try:
@@ -122,7 +123,7 @@ impl InboxWorker {
                 // `gauges.rs`, shows it) and go on with the batch rather than let it block the inbox.
                 Err(StoreError::Corrupt(error)) => {
                     tracing::error!(event_id = %event.event_id, %error, "webhook event not settled");
-                    metrics::counter!("chargeguard_webhook_settle_errors_total").increment(1);
+                    metrics::counter!(alert_counters::WEBHOOK_SETTLE_ERRORS).increment(1);
                     report.unsettled += 1;
                 }
                 Err(error) => return Err(error),
@@ -300,8 +301,8 @@ fn record(
             consumer = attempt.map(|attempt| attempt.consumer.as_str()).unwrap_or_default(),
             provider_payment_id = %update.provider_payment_id, reason = %reason,
             "provider reports money moved for an attempt answered failed; attempt needs review");
-        metrics::counter!("chargeguard_succeeded_after_failure_total").increment(1);
-        metrics::counter!("chargeguard_attempts_flagged_total").increment(1);
+        metrics::counter!(alert_counters::SUCCEEDED_AFTER_FAILURE).increment(1);
+        metrics::counter!(alert_counters::ATTEMPTS_FLAGGED).increment(1);
     }
     if outcome == InboxOutcome::FailedAfterSuccess
         && let Settlement::Refunds(updates) = settlement
@@ -315,7 +316,7 @@ fn record(
                 failure_reason = update.failure.as_ref().map(|failure| failure.code.as_str()).unwrap_or_default(),
                 "provider reports a succeeded refund failed; the refund attempt is now failed");
         }
-        metrics::counter!("chargeguard_refunds_failed_after_success_total").increment(1);
+        metrics::counter!(alert_counters::REFUNDS_FAILED_AFTER_SUCCESS).increment(1);
     }
     if let (Settlement::Dispute { attempt_id, review_reason }, InboxOutcome::Disputed) =
         (settlement, outcome)
@@ -325,13 +326,13 @@ fn record(
             reason = %review_reason, "charge disputed; attempt needs review");
         metrics::counter!("chargeguard_disputes_total", "event_type" => event.event_type.clone())
             .increment(1);
-        metrics::counter!("chargeguard_attempts_flagged_total").increment(1);
+        metrics::counter!(alert_counters::ATTEMPTS_FLAGGED).increment(1);
     }
     if let Some(reason) = review_reason {
         tracing::error!(event_id = %event.event_id, reason = %reason, "attempt needs review");
-        metrics::counter!("chargeguard_attempts_flagged_total").increment(1);
+        metrics::counter!(alert_counters::ATTEMPTS_FLAGGED).increment(1);
         if reason.starts_with("double charge") {
-            metrics::counter!("chargeguard_double_charges_found_total").increment(1);
+            metrics::counter!(alert_counters::DOUBLE_CHARGES_FOUND).increment(1);
         }
     }
     match outcome {

@@ -160,3 +160,38 @@ async fn inbox_gauges_keep_counting_while_the_worker_drains_nothing() {
         wait_for_inbox_gauges(server.http_addr, |_, age| age >= first_age + 1.0).await;
     assert_eq!(depth, 1.0, "still waiting: the worker never ran; age {first_age} s, then {later_age} s");
 }
+
+/// A process of its own, so that nothing has counted yet (one recorder per process). Alerts are
+/// written as `increase(…) > 0`: a series that first appears at 1 has no earlier sample, so the
+/// first double charge would go unseen unless the series was there at 0 before it.
+#[tokio::test]
+async fn alert_counters_are_exported_at_zero_before_anything_happened() {
+    let database = TestDatabase::create().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = command(dir.path());
+    serve.env("CHARGEGUARD_DATABASE__URL", &database.url);
+    let mut server = ServeProcess::start(serve, &[]);
+    server.wait_ready().await;
+    let text = reqwest::get(format!("http://{}/metrics", server.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "chargeguard_succeeded_after_failure_total",
+        "chargeguard_refunds_failed_after_success_total",
+        "chargeguard_attempts_flagged_total",
+        "chargeguard_double_charges_found_total",
+        "chargeguard_replayed_failures_total",
+        "chargeguard_webhook_settle_errors_total",
+        "chargeguard_webhook_claims_lost_total",
+    ] {
+        assert!(text.contains(&format!("# TYPE {name} counter")), "{name}:\n{text}");
+        assert_eq!(series_value(&text, &format!("{name} ")), Some(0.0), "{name}:\n{text}");
+    }
+    for outcome in ["clean", "discrepancies", "error"] {
+        let series = format!("chargeguard_report_runs_total{{outcome=\"{outcome}\"}} ");
+        assert_eq!(series_value(&text, &series), Some(0.0), "{series}:\n{text}");
+    }
+}
