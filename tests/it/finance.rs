@@ -48,7 +48,19 @@ fn no_redirects() -> reqwest::Client {
 /// Three charges today (one with an amount that disagrees with the provider's), one four days
 /// ago (its provider object, made today, is beyond that period's listing: missing at the
 /// provider).
+/// The page's default period is the server's today (UTC): rows seeded just before midnight would
+/// be yesterday's when the page is read. Within two minutes of midnight, wait for it to pass.
+async fn wait_if_midnight_is_near() {
+    let now = Utc::now();
+    let midnight = (now.date_naive() + chrono::Days::new(1)).and_time(chrono::NaiveTime::MIN).and_utc();
+    let left = (midnight - now).to_std().unwrap_or_default();
+    if left < Duration::from_secs(120) {
+        tokio::time::sleep(left + Duration::from_secs(1)).await;
+    }
+}
+
 async fn seed(app: &TestApp) {
+    wait_if_midnight_is_near().await;
     for key in ["finance-today-1", "finance-today-2", "finance-today-mismatch", "finance-old-1"] {
         charge(app, key, "pm_card_visa").await;
     }

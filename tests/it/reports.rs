@@ -864,6 +864,9 @@ async fn the_report_command_reads_a_first_runs_embedded_store_with_only_the_peri
     let dir = tempfile::tempdir().unwrap();
     let mut server = ServeProcess::start(command(dir.path()), &[]);
     server.wait_ready().await;
+    // The period runs from the date read before the charge to the date read after it, so a run
+    // across midnight (UTC) still covers the charge.
+    let from = Utc::now().date_naive().to_string();
     let charged = command(dir.path())
         .args(["charge", "--operation", "first-run-1", "--amount", "2000", "--currency", "usd"])
         .args(["--payment-method", "pm_card_visa"])
@@ -873,9 +876,9 @@ async fn the_report_command_reads_a_first_runs_embedded_store_with_only_the_peri
         .unwrap();
     assert!(charged.status.success(), "{}", String::from_utf8_lossy(&charged.stderr));
 
-    let today = Utc::now().date_naive().to_string();
+    let to = Utc::now().date_naive().to_string();
     let report = command(dir.path())
-        .args(["report", "--from", &today, "--to", &today, "--format", "json"])
+        .args(["report", "--from", &from, "--to", &to, "--format", "json"])
         .output()
         .await
         .unwrap();
@@ -893,7 +896,7 @@ async fn the_report_command_reads_a_first_runs_embedded_store_with_only_the_peri
     assert!(exit.success(), "{}", server.stderr());
     // Without the server, the built-in simulator's objects are gone: the report says why.
     let stopped = command(dir.path())
-        .args(["report", "--from", &today, "--to", &today])
+        .args(["report", "--from", &from, "--to", &to])
         .env("CHARGEGUARD_REPORT__PROVIDER_READ_ATTEMPTS_MAX", "1")
         .output()
         .await

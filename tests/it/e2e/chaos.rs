@@ -326,8 +326,11 @@ async fn every_order_is_charged_once_or_declined_through_kills_restarts_and_prov
     let dead_letters = rig.vhost.queue_messages(&format!("{QUEUE}.dead"));
     assert!(u64::from(dead_lettered_declines) <= dead_letters, "every rejected order is in the dead-letter queue");
 
+    // From yesterday: a run across midnight (UTC) charged on both days. The database is this
+    // run's own, so the period holds nothing else.
+    let yesterday = (chrono::Utc::now() - chrono::Duration::days(1)).date_naive().to_string();
     let report = command(rig.dir.path())
-        .args(["--config", &rig.replica_config(), "report", "--from", "today", "--to", "today", "--format", "json"])
+        .args(["--config", &rig.replica_config(), "report", "--from", &yesterday, "--to", "today", "--format", "json"])
         .output()
         .await
         .unwrap();

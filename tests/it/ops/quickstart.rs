@@ -47,6 +47,7 @@ async fn the_readme_quickstart_serves_on_embedded_defaults_and_charges_once() {
 
     let charge_args = readme_command("quickstart-charge");
     assert_eq!(charge_args[0], "charge");
+    let charged_on = chrono::Utc::now().date_naive();
     let server_flag = format!("http://{}", server.grpc_addr);
     let first = command(dir.path())
         .args(&charge_args)
@@ -103,8 +104,14 @@ async fn the_readme_quickstart_serves_on_embedded_defaults_and_charges_once() {
     }
 
     // Finance's report of the day, from the quickstart's own data: exit 0, the charge matched.
-    let report_args = readme_command("quickstart-report");
+    let mut report_args = readme_command("quickstart-report");
     assert_eq!(report_args[0], "report");
+    // Past midnight (UTC) since the charge, "today" is the next day: the period starts on the
+    // day the charge was sent instead.
+    if chrono::Utc::now().date_naive() != charged_on {
+        let from = report_args.iter().position(|arg| arg == "--from").expect("the report names its period") + 1;
+        report_args[from] = charged_on.to_string();
+    }
     let report = command(dir.path()).args(&report_args).output().await.unwrap();
     let csv = String::from_utf8(report.stdout).unwrap();
     assert!(report.status.success(), "exit {:?}: {}\n{csv}", report.status.code(), String::from_utf8_lossy(&report.stderr));
