@@ -78,7 +78,9 @@ async fn same_key_with_different_parameters_is_rejected_and_nothing_changes(back
 }
 
 async fn fifty_concurrent_identical_calls_make_one_provider_object(backend: Backend) {
-    let app = TestApp::spawn_backend(backend).await;
+    // Every waiter hears the first round's outcome however slow the machine: this test counts
+    // provider objects, not waits that give up.
+    let app = TestApp::spawn_backend_with(backend, |config| config.charge.concurrent_wait_ms = 30_000).await;
     // Slow creates keep the first call in flight while the others arrive.
     app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(300), 1)).await.unwrap();
     let calls = (0..50).map(|_| {
@@ -142,8 +144,13 @@ async fn a_provider_timeout_is_an_unknown_outcome(backend: Backend) {
     assert_eq!(error.code(), Code::Unavailable);
     let stored = app.attempt_of("order-9:charge").await;
     assert_eq!(AttemptStatus::try_from(stored.status).unwrap(), AttemptStatus::Pending);
-    // The slow create completed at the provider meanwhile; the retry adopts it.
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    // The slow create completes at the provider meanwhile; the retry, sent once it has (sent
+    // earlier it would find the key in use, an unknown outcome again), adopts it.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while intents_at_provider(&app).await == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the slow create never completed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let retry = app.charge(charge_request("order-9:charge")).await.unwrap();
     assert_eq!(status_of(&retry), AttemptStatus::Succeeded);
     assert_eq!(intents_at_provider(&app).await, 1);

@@ -23,6 +23,8 @@ async fn concurrent_identical_and_distinct_charges_through_a_two_connection_pool
     let app = TestApp::spawn_backend_with(Backend::Sqlite, |config| {
         config.database.connections_max = 2;
         config.sweep.concurrency_max = 1;
+        // Every waiter hears the first round's outcome however slow the machine.
+        config.charge.concurrent_wait_ms = 30_000;
     })
     .await;
     app.sim()
@@ -155,8 +157,9 @@ async fn a_clean_stop_leaves_no_write_ahead_log_behind() {
 
 /// The first run (no `provider.api_key`: the built-in simulator) with the sweep off: a 3-D Secure
 /// payment authenticated at the built-in simulator (its redirect URL, as the customer opens it)
-/// is `succeeded` within 2 s, completed by the simulator's webhook through the server's own
-/// endpoint under a secret generated at start — none is configured here.
+/// becomes `succeeded`, completed by the simulator's webhook through the server's own endpoint
+/// under a secret generated at start — none is configured here. (It takes about a second: the
+/// inbox worker's tick. The bound is for a slow, loaded machine, not a speed claim.)
 #[tokio::test]
 async fn in_the_first_run_a_3ds_payment_authenticated_at_the_built_in_simulator_completes_by_webhook() {
     let app = TestApp::spawn_backend_with(Backend::Sqlite, |config| {
@@ -181,13 +184,13 @@ async fn in_the_first_run_a_3ds_payment_authenticated_at_the_built_in_simulator_
     let no_redirects = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
     let authenticated = no_redirects.post(&redirect_url).form(&[("outcome", "succeed")]).send().await.unwrap();
     assert!(authenticated.status().is_success() || authenticated.status().is_redirection(), "{}", authenticated.status());
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let attempt = loop {
         let attempt = app.attempt_of("order-first-run-3ds").await;
         if AttemptStatus::try_from(attempt.status).unwrap() == AttemptStatus::Succeeded {
             break attempt;
         }
-        assert!(Instant::now() < deadline, "still {:?} 2 s after authentication", attempt.status);
+        assert!(Instant::now() < deadline, "still {:?} 30 s after authentication", attempt.status);
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(attempt.provider_calls, 1, "the webhook, not a provider call, completed it");

@@ -111,7 +111,14 @@ async fn retries_charge_each_once(app: &TestApp, operations: &[String]) {
 /// applied exactly once, every duplicate answered from its row, one create per operation.
 #[tokio::test]
 async fn sixty_four_concurrent_charges_with_duplicates_in_one_batch_each_get_their_own_answer() {
-    let app = TestApp::spawn_with(|config| config.database.group_commit.enabled = true).await;
+    let app = TestApp::spawn_with(|config| {
+        config.database.group_commit.enabled = true;
+        // The blocked batch waits out the lock with time to spare on a slow, loaded machine.
+        config.database.statement_timeout_ms = 20_000;
+        config.charge.lease_ms = 23_000;
+        config.charge.recovery_grace_ms = 23_000;
+    })
+    .await;
     let pool = PgPool::connect(&app.database.url).await.unwrap();
     let distinct: Vec<String> = (0..48).map(|index| format!("gc-{index}")).collect();
     let mut operations = distinct.clone();
@@ -154,11 +161,17 @@ async fn sixty_four_concurrent_charges_with_duplicates_in_one_batch_each_get_the
     assert!(statements <= 8, "48 inserts in {statements} statements");
 }
 
-/// A service with group commit on and at most `in_flight_max` batches running at once.
+/// A service with group commit on and at most `in_flight_max` batches running at once. Its
+/// creates (held PROVIDER_WAIT at the simulator) and its statements (blocked behind a lock for
+/// seconds) get time to spare on a slow, loaded machine: these tests count batches, not timeouts.
 async fn spawn_with_batches_in_flight(in_flight_max: usize) -> TestApp {
     TestApp::spawn_with(|config| {
         config.database.group_commit.enabled = true;
         config.database.group_commit.in_flight_max = in_flight_max;
+        config.provider.call_timeout_ms = 5_000;
+        config.database.statement_timeout_ms = 20_000;
+        config.charge.lease_ms = 31_000;
+        config.charge.recovery_grace_ms = 31_000;
     })
     .await
 }
@@ -494,7 +507,7 @@ async fn a_batch_insert_answers_a_first_attempt_another_writer_committed_during_
 }
 
 /// How long the simulator holds the creates of charges whose results must come back while the
-/// table is locked (under the tests' provider call timeout, 1 s).
+/// table is locked (under `spawn_with_batches_in_flight`'s provider call timeout, 5 s).
 const PROVIDER_WAIT_MS: u64 = 700;
 const PROVIDER_WAIT: Duration = Duration::from_millis(PROVIDER_WAIT_MS);
 

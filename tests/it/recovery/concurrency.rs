@@ -145,7 +145,9 @@ async fn a_round_whose_lease_lapsed_answers_the_row_as_it_stands() {
 
     let takeover = async {
         // The replica's create has been answered: it is now stalled, holding a lease that ends.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while creates_with_key(&app, key.as_str()).await == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "the replica never sent its create");
             tokio::time::sleep(POLL).await;
         }
         // The redelivery waits for the lease to lapse (on the database's clock), takes the row,

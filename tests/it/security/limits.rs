@@ -48,6 +48,7 @@ async fn a_consumer_at_ten_times_its_rate_is_refused_while_another_consumers_cal
 
     let orders = app.client().await;
     let storm = tokio::spawn(async move {
+        let started = Instant::now();
         let calls = (ORDERS_CALLS_PER_SECOND as u64 * STORM.as_secs()) as usize;
         let mut tick = tokio::time::interval(Duration::from_secs(1) / ORDERS_CALLS_PER_SECOND);
         let mut calls_running = Vec::with_capacity(calls);
@@ -62,10 +63,13 @@ async fn a_consumer_at_ten_times_its_rate_is_refused_while_another_consumers_cal
         for call in calls_running {
             outcomes.push(call.await.unwrap());
         }
-        outcomes
+        (outcomes, started.elapsed())
     });
     let mut loaded = billing_calls(&app, "loaded").await;
-    let outcomes = storm.await.unwrap();
+    let (outcomes, storm_lasted) = storm.await.unwrap();
+    // Every call was admitted or refused by its end: on a slow machine the storm can last longer
+    // than STORM, and the bucket refills for as long as it lasts.
+    let storm_seconds = storm_lasted.as_secs_f64().ceil() as u64;
 
     let admitted = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
     let refused: Vec<_> = outcomes.iter().filter_map(|outcome| outcome.as_ref().err()).collect();
@@ -77,10 +81,10 @@ async fn a_consumer_at_ten_times_its_rate_is_refused_while_another_consumers_cal
         let ms: u64 = status.metadata().get(RETRY_AFTER_MS_METADATA).unwrap().to_str().unwrap().parse().unwrap();
         assert!(ms <= 1_000 / u64::from(ORDERS_RATE) + 5, "chargeguard-retry-after-ms {ms}");
     }
-    // The burst, then the rate for the storm's length (and a second of slack for a slow start).
-    let admitted_max = (ORDERS_RATE as u64 * (STORM.as_secs() + 2)) as usize;
+    // The burst, then the rate for as long as the storm lasted.
+    let admitted_max = (ORDERS_RATE as u64 * (storm_seconds + 1)) as usize;
     println!(
-        "orders at {ORDERS_CALLS_PER_SECOND}/s against {ORDERS_RATE}/s for {STORM:?}: {admitted} admitted, {} refused",
+        "orders at {ORDERS_CALLS_PER_SECOND}/s against {ORDERS_RATE}/s for {STORM:?} (lasted {storm_lasted:?}): {admitted} admitted, {} refused",
         refused.len()
     );
     assert!(admitted <= admitted_max, "{admitted} admitted, at most {admitted_max} expected");
@@ -88,8 +92,9 @@ async fn a_consumer_at_ten_times_its_rate_is_refused_while_another_consumers_cal
 
     let (alone_p50, loaded_p50) = (percentile(&mut alone, 50), percentile(&mut loaded, 50));
     let (alone_max, loaded_max) = (percentile(&mut alone, 100), percentile(&mut loaded, 100));
-    // Generous: a shared 2-core machine is noisy. The point is that billing is not starved.
-    let bound = alone_p50 * 5 + Duration::from_millis(250);
+    // Generous: a shared 2-core machine is noisy, and another test may be running beside this
+    // one. The point is that billing is not starved, which would take seconds a call.
+    let bound = alone_p50 * 10 + Duration::from_secs(1);
     println!(
         "billing's charge latency: alone p50 {alone_p50:?} max {alone_max:?}; during the storm p50 {loaded_p50:?} max {loaded_max:?}; bound on p50 {bound:?}"
     );
@@ -103,9 +108,14 @@ async fn a_consumers_calls_in_flight_are_capped() {
     let app = TestApp::spawn_with(|config| {
         let orders = config.consumers.iter_mut().find(|consumer| consumer.name == "orders").unwrap();
         orders.calls_in_flight_max = 1;
+        // The slow call is held 2 s at the simulator: time to spare under its call timeout on a
+        // slow, loaded machine (the lease must outlast two calls and a statement).
+        config.provider.call_timeout_ms = 5_000;
+        config.charge.lease_ms = 16_000;
+        config.charge.recovery_grace_ms = 16_000;
     })
     .await;
-    app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(700), 1)).await.unwrap();
+    app.sim().set_fault(Endpoint::CreatePaymentIntent, FaultSpec::next(FaultKind::Latency(2_000), 1)).await.unwrap();
     let mut client = app.client().await;
     let slow = tokio::spawn({
         let mut client = client.clone();

@@ -131,12 +131,14 @@ async fn a_client_that_goes_away_still_leaves_its_create_in_the_request_log() {
     sim.control
         .set_fault(
             Endpoint::CreatePaymentIntent,
-            FaultSpec::next(FaultKind::Latency(500), 1),
+            FaultSpec::next(FaultKind::Latency(3_000), 1),
         )
         .await
         .unwrap();
+    // Gone after a second (time to connect and be admitted on a slow machine), while the create
+    // is held three.
     let impatient = reqwest::Client::builder()
-        .timeout(Duration::from_millis(100))
+        .timeout(Duration::from_secs(1))
         .build()
         .unwrap();
     let gone = impatient
@@ -149,7 +151,7 @@ async fn a_client_that_goes_away_still_leaves_its_create_in_the_request_log() {
         .unwrap_err();
     assert!(gone.is_timeout(), "{gone:?}");
     // The execution carries on without the client; wait (bounded) for its object.
-    for _ in 0..100 {
+    for _ in 0..1_500 {
         if !sim
             .control
             .ledger()
