@@ -45,9 +45,6 @@ fn no_redirects() -> reqwest::Client {
     reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
-/// Three charges today (one with an amount that disagrees with the provider's), one four days
-/// ago (its provider object, made today, is beyond that period's listing: missing at the
-/// provider).
 /// The page's default period is the server's today (UTC): rows seeded just before midnight would
 /// be yesterday's when the page is read. Within two minutes of midnight, wait for it to pass.
 async fn wait_if_midnight_is_near() {
@@ -59,6 +56,9 @@ async fn wait_if_midnight_is_near() {
     }
 }
 
+/// Three charges today (one with an amount that disagrees with the provider's), one four days
+/// ago (its provider object, made today, is beyond that period's listing: missing at the
+/// provider).
 async fn seed(app: &TestApp) {
     wait_if_midnight_is_near().await;
     for key in ["finance-today-1", "finance-today-2", "finance-today-mismatch", "finance-old-1"] {
