@@ -797,12 +797,7 @@ async fn a_refund_made_outside_chargeguard_is_kept_as_an_unknown_object_and_coun
         "a refund is a new operation"
     );
 
-    let metrics = reqwest::get(format!("http://{}/metrics", hooked.app.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::support::metrics_text(hooked.app.http_addr).await;
     for needle in [
         r#"chargeguard_webhook_events_total{event_type="refund.created",outcome="unknown_object"}"#,
         r#"chargeguard_webhook_events_total{event_type="charge.refunded",outcome="stale"}"#,
@@ -1096,13 +1091,9 @@ async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others(backend: B
 /// A counter's value on `/metrics` (0 when not yet rendered). The recorder is one per test
 /// binary, so tests compare before and after.
 pub(crate) async fn counter(app: &TestApp, name: &str) -> f64 {
-    let text = reqwest::get(format!("http://{}/metrics", app.http_addr))
+    crate::support::metrics_text(app.http_addr)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+        .lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or(0.0)
 }

@@ -9,7 +9,7 @@ use chargeguard::webhook::gauges::INBOX_GAUGES_INTERVAL;
 use chargeguard::webhook::signature::sign;
 
 use super::process::{ServeProcess, command};
-use crate::support::{TestApp, TestDatabase, charge_request};
+use crate::support::{TestApp, TestDatabase, charge_request, metrics_text};
 
 /// The value of `chargeguard_charges_total{outcome="…"}`, if the series exists.
 fn charges_total(text: &str, outcome: &str) -> Option<f64> {
@@ -104,12 +104,7 @@ const GAUGE_WAIT_MAX: Duration = Duration::from_secs(4 * INBOX_GAUGES_INTERVAL.a
 async fn wait_for_inbox_gauges(http_addr: SocketAddr, done: impl Fn(f64, f64) -> bool) -> (f64, f64) {
     let deadline = tokio::time::Instant::now() + GAUGE_WAIT_MAX;
     loop {
-        let text = reqwest::get(format!("http://{http_addr}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = metrics_text(http_addr).await;
         let depth = series_value(&text, "chargeguard_webhook_inbox_depth ");
         let age = series_value(&text, "chargeguard_webhook_inbox_oldest_age_seconds ");
         if let (Some(depth), Some(age)) = (depth, age)
@@ -172,12 +167,7 @@ async fn alert_counters_are_exported_at_zero_before_anything_happened() {
     serve.env("CHARGEGUARD_DATABASE__URL", &database.url);
     let mut server = ServeProcess::start(serve, &[]);
     server.wait_ready().await;
-    let text = reqwest::get(format!("http://{}/metrics", server.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(server.http_addr).await;
     for name in [
         "chargeguard_succeeded_after_failure_total",
         "chargeguard_refunds_failed_after_success_total",

@@ -119,12 +119,7 @@ async fn the_readme_quickstart_serves_on_embedded_defaults_and_charges_once() {
     assert!(charge_line.contains("matched"), "{charge_line}");
 
     // The server's own /metrics counted both answers.
-    let metrics = reqwest::get(format!("http://{}/metrics", server.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::support::metrics_text(server.http_addr).await;
     assert!(
         metrics.contains("chargeguard_charges_total{outcome=\"applied\"} 1"),
         "{metrics}"

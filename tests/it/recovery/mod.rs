@@ -57,11 +57,6 @@ pub async fn shown(app: &TestApp, operation: &str) -> proto::Attempt {
 }
 
 /// What the app's `/metrics` shows (one recorder per test process: values mix tests).
-pub async fn metrics_text(app: &TestApp) -> String {
-    let url = format!("http://{}/metrics", app.http_addr);
-    reqwest::get(url).await.unwrap().text().await.unwrap()
-}
-
 /// Moves the service's clock and the simulator's together (whole seconds), and the database's
 /// where it lives in a cluster with a fake clock.
 pub async fn advance(app: &TestApp, by: Duration) -> i64 {

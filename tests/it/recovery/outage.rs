@@ -9,7 +9,7 @@ use chargeguard::simulator::{Endpoint, FaultKind, FaultSpec, FaultTarget};
 use tonic::Code;
 
 use super::{
-    advance, assert_settled, hours, leave_pending, metrics_text, minutes, stored,
+    advance, assert_settled, hours, leave_pending, minutes, stored,
     sweep_until_idle,
 };
 use crate::support::{Backend, TestApp, charge_request, error_code, on_both_backends};
@@ -150,7 +150,7 @@ async fn a_long_outage_never_parks_a_row_and_it_completes_by_itself(backend: Bac
     assert_eq!(done.review_reason, None);
     assert_eq!(app.sim().ledger().await.unwrap().payment_intents.len(), 1, "one intent");
     assert_settled(&app, &["long-outage"]).await;
-    let metrics = metrics_text(&app).await;
+    let metrics = crate::support::metrics_text(app.http_addr).await;
     for metric in [
         "chargeguard_sweep_rows_claimed_total",
         "chargeguard_unfinished_oldest_age_seconds",

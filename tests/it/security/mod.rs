@@ -151,8 +151,9 @@ pub async fn tls_client(addr: SocketAddr, ca: &Ca, identity: Option<&Issued>) ->
 /// The sum of the series of `name` whose labels include every one of `labels`
 /// (`consumer="orders"`), read from `/metrics` at `http_addr`; 0 when there is none.
 pub async fn metric(http_addr: SocketAddr, name: &str, labels: &[&str]) -> f64 {
-    let text = reqwest::get(format!("http://{http_addr}/metrics")).await.unwrap().text().await.unwrap();
-    text.lines()
+    crate::support::metrics_text(http_addr)
+        .await
+        .lines()
         .filter(|line| line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} ")))
         .filter(|line| labels.iter().all(|label| line.contains(label)))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())

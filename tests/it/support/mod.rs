@@ -69,6 +69,11 @@ impl Drop for RunningServer {
     }
 }
 
+/// The Prometheus text served on `/metrics` at `http_addr` (a test app's, or a `serve` process's).
+pub async fn metrics_text(http_addr: std::net::SocketAddr) -> String {
+    reqwest::get(format!("http://{http_addr}/metrics")).await.unwrap().text().await.unwrap()
+}
+
 /// Short timeouts so that tests of unknown outcomes and leases run in seconds.
 pub fn test_config(database_url: &str, simulator_url: &str) -> Config {
     let mut config = Config::default();
