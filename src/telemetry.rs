@@ -40,6 +40,8 @@ pub mod alert_counters {
     /// Labelled `outcome`: [`REPORT_OUTCOMES`].
     pub const REPORT_RUNS: &str = "chargeguard_report_runs_total";
     pub const REPORT_OUTCOMES: [&str; 3] = ["clean", "discrepancies", "error"];
+    /// Labelled `event_type`: [`DISPUTE_EVENT_TYPES`](crate::webhook::event::DISPUTE_EVENT_TYPES).
+    pub const DISPUTES: &str = "chargeguard_disputes_total";
 
     pub(super) const UNLABELLED: [&str; 7] = [
         SUCCEEDED_AFTER_FAILURE,
@@ -60,6 +62,9 @@ pub fn register_alert_counters() {
     }
     for outcome in alert_counters::REPORT_OUTCOMES {
         metrics::counter!(alert_counters::REPORT_RUNS, "outcome" => outcome).increment(0);
+    }
+    for event_type in crate::webhook::event::DISPUTE_EVENT_TYPES {
+        metrics::counter!(alert_counters::DISPUTES, "event_type" => event_type).increment(0);
     }
 }
 

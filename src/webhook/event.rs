@@ -189,6 +189,10 @@ enum SubjectKind {
     Untracked,
 }
 
+/// The dispute events read (`charge.dispute.*`); `chargeguard_disputes_total` is labelled by
+/// these, each exported from the start.
+pub const DISPUTE_EVENT_TYPES: [&str; 3] = ["charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed"];
+
 impl SubjectKind {
     fn of(event_type: &str) -> Self {
         if event_type.starts_with("payment_intent.") {
@@ -199,9 +203,7 @@ impl SubjectKind {
                 Self::Refund
             }
             "charge.refunded" => Self::ChargeRefunded,
-            "charge.dispute.created" | "charge.dispute.updated" | "charge.dispute.closed" => {
-                Self::Dispute
-            }
+            dispute if DISPUTE_EVENT_TYPES.contains(&dispute) => Self::Dispute,
             _ => Self::Untracked,
         }
     }

@@ -324,7 +324,7 @@ fn record(
         tracing::warn!(event_id = %event.event_id, attempt_id = %attempt_id,
             operation_key = attempt.map(|attempt| attempt.operation_key.as_str()).unwrap_or_default(),
             reason = %review_reason, "charge disputed; attempt needs review");
-        metrics::counter!("chargeguard_disputes_total", "event_type" => event.event_type.clone())
+        metrics::counter!(alert_counters::DISPUTES, "event_type" => event.event_type.clone())
             .increment(1);
         metrics::counter!(alert_counters::ATTEMPTS_FLAGGED).increment(1);
     }

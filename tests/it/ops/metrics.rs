@@ -184,4 +184,8 @@ async fn alert_counters_are_exported_at_zero_before_anything_happened() {
         let series = format!("chargeguard_report_runs_total{{outcome=\"{outcome}\"}} ");
         assert_eq!(series_value(&text, &series), Some(0.0), "{series}:\n{text}");
     }
+    for event_type in ["charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed"] {
+        let series = format!("chargeguard_disputes_total{{event_type=\"{event_type}\"}} ");
+        assert_eq!(series_value(&text, &series), Some(0.0), "{series}:\n{text}");
+    }
 }
