@@ -1,8 +1,9 @@
 //! Operating chargeguard: the first run, the CLI client, health and reflection, graceful
-//! shutdown, metrics, logs, configuration and deploy/ (issue 7).
+//! shutdown, metrics and the alerting rules, logs, configuration and deploy/ (issue 7).
 
 pub(crate) mod process;
 
+mod alerts;
 mod cli;
 mod config;
 mod deploy;

@@ -1,0 +1,82 @@
+//! deploy/prometheus/alerts.yml, the alerting rules operators load: promtool accepts them, their
+//! unit tests (alerts.test.yml) pass, and a real `serve` exports every metric they read, so no
+//! alert waits on a series that never exists (a misspelt name would make an alert that never
+//! fires and never fails).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use yaml_rust2::YamlLoader;
+
+use super::process::{ServeProcess, command};
+use crate::support::{TestDatabase, metrics_text};
+
+const RULES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus");
+const RULES: &str = include_str!("../../../deploy/prometheus/alerts.yml");
+
+fn promtool(arguments: &[&str]) {
+    let output = std::process::Command::new("promtool")
+        .args(arguments)
+        .current_dir(Path::new(RULES_DIR))
+        .output()
+        .unwrap_or_else(|error| {
+            panic!("promtool: {error} (it comes with Debian's prometheus package; .ci/run installs it)")
+        });
+    assert!(
+        output.status.success(),
+        "promtool {}:\n{}{}",
+        arguments.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn promtool_accepts_the_alert_rules_and_their_unit_tests_pass() {
+    promtool(&["check", "rules", "alerts.yml"]);
+    promtool(&["test", "rules", "alerts.test.yml"]);
+}
+
+/// Every `chargeguard_…` metric name the rules' expressions read.
+fn metrics_read_by_the_rules() -> BTreeSet<String> {
+    let documents = YamlLoader::load_from_str(RULES).unwrap();
+    let mut names = BTreeSet::new();
+    for group in documents[0]["groups"].as_vec().expect("groups") {
+        for rule in group["rules"].as_vec().expect("rules") {
+            let expr = rule["expr"].as_str().expect("every rule has an expr");
+            names.extend(
+                expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|token| token.starts_with("chargeguard_"))
+                    .map(str::to_owned),
+            );
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn serve_exports_every_metric_the_alert_rules_read() {
+    let wanted = metrics_read_by_the_rules();
+    assert!(wanted.len() >= 10, "{wanted:?}");
+    let database = TestDatabase::create().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = command(dir.path());
+    serve
+        .env("CHARGEGUARD_DATABASE__URL", &database.url)
+        // The oldest-unfinished gauge is set by each sweep pass: one a second here.
+        .env("CHARGEGUARD_SWEEP__SCHEDULE", "* * * * * *");
+    let mut server = ServeProcess::start(serve, &[]);
+    server.wait_ready().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = metrics_text(server.http_addr).await;
+        let missing: Vec<&String> =
+            wanted.iter().filter(|name| !text.contains(&format!("# TYPE {name} "))).collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "serve never exported {missing:?}:\n{text}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
