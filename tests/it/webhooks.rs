@@ -1091,11 +1091,8 @@ async fn an_event_for_a_corrupt_attempt_row_does_not_block_the_others(backend: B
 /// A counter's value on `/metrics` (0 when not yet rendered). The recorder is one per test
 /// binary, so tests compare before and after.
 pub(crate) async fn counter(app: &TestApp, name: &str) -> f64 {
-    crate::support::metrics_text(app.http_addr)
-        .await
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
+    let text = crate::support::metrics_text(app.http_addr).await;
+    crate::support::series_value(&text, &format!("{name} ")).unwrap_or(0.0)
 }
 
 /// A charge declined through chargeguard: the attempt is failed and its intent, left

@@ -9,17 +9,11 @@ use chargeguard::webhook::gauges::INBOX_GAUGES_INTERVAL;
 use chargeguard::webhook::signature::sign;
 
 use super::process::{ServeProcess, command};
-use crate::support::{TestApp, TestDatabase, charge_request, metrics_text};
+use crate::support::{TestApp, TestDatabase, charge_request, metrics_text, series_value};
 
 /// The value of `chargeguard_charges_total{outcome="…"}`, if the series exists.
 fn charges_total(text: &str, outcome: &str) -> Option<f64> {
     series_value(text, &format!("chargeguard_charges_total{{outcome=\"{outcome}\"}} "))
-}
-
-fn series_value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series))
-        .map(|value| value.trim().parse().unwrap())
 }
 
 #[tokio::test]

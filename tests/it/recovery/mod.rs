@@ -56,7 +56,6 @@ pub async fn shown(app: &TestApp, operation: &str) -> proto::Attempt {
     reply.into_inner().attempt.unwrap()
 }
 
-/// What the app's `/metrics` shows (one recorder per test process: values mix tests).
 /// Moves the service's clock and the simulator's together (whole seconds), and the database's
 /// where it lives in a cluster with a fake clock.
 pub async fn advance(app: &TestApp, by: Duration) -> i64 {

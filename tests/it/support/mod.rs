@@ -74,6 +74,14 @@ pub async fn metrics_text(http_addr: std::net::SocketAddr) -> String {
     reqwest::get(format!("http://{http_addr}/metrics")).await.unwrap().text().await.unwrap()
 }
 
+/// The value of the sample line of Prometheus `text` that starts with `series` (a name and its
+/// labels as rendered, then a space: `chargeguard_charges_total{outcome="applied"} `), if any.
+pub fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series))
+        .map(|value| value.trim().parse().unwrap())
+}
+
 /// Short timeouts so that tests of unknown outcomes and leases run in seconds.
 pub fn test_config(database_url: &str, simulator_url: &str) -> Config {
     let mut config = Config::default();
