@@ -5,6 +5,8 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
+use crate::domain::review::ReviewKind;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -32,6 +34,7 @@ pub fn init_logging(format: LogFormat) {
 pub mod alert_counters {
     pub const SUCCEEDED_AFTER_FAILURE: &str = "chargeguard_succeeded_after_failure_total";
     pub const REFUNDS_FAILED_AFTER_SUCCESS: &str = "chargeguard_refunds_failed_after_success_total";
+    /// Labelled `reason`: [`ReviewKind::label`](crate::domain::review::ReviewKind::label).
     pub const ATTEMPTS_FLAGGED: &str = "chargeguard_attempts_flagged_total";
     pub const DOUBLE_CHARGES_FOUND: &str = "chargeguard_double_charges_found_total";
     pub const REPLAYED_FAILURES: &str = "chargeguard_replayed_failures_total";
@@ -43,10 +46,9 @@ pub mod alert_counters {
     /// Labelled `event_type`: [`DISPUTE_EVENT_TYPES`](crate::webhook::event::DISPUTE_EVENT_TYPES).
     pub const DISPUTES: &str = "chargeguard_disputes_total";
 
-    pub(super) const UNLABELLED: [&str; 7] = [
+    pub(super) const UNLABELLED: [&str; 6] = [
         SUCCEEDED_AFTER_FAILURE,
         REFUNDS_FAILED_AFTER_SUCCESS,
-        ATTEMPTS_FLAGGED,
         DOUBLE_CHARGES_FOUND,
         REPLAYED_FAILURES,
         WEBHOOK_SETTLE_ERRORS,
@@ -65,6 +67,18 @@ pub fn register_alert_counters() {
     }
     for event_type in crate::webhook::event::DISPUTE_EVENT_TYPES {
         metrics::counter!(alert_counters::DISPUTES, "event_type" => event_type).increment(0);
+    }
+    for kind in ReviewKind::ALL {
+        metrics::counter!(alert_counters::ATTEMPTS_FLAGGED, "reason" => kind.label()).increment(0);
+    }
+}
+
+/// Counts an attempt flagged for review, by the kind of its reason; a double charge also on its
+/// own counter.
+pub fn count_flagged_attempt(kind: ReviewKind) {
+    metrics::counter!(alert_counters::ATTEMPTS_FLAGGED, "reason" => kind.label()).increment(1);
+    if kind == ReviewKind::DoubleCharge {
+        metrics::counter!(alert_counters::DOUBLE_CHARGES_FOUND).increment(1);
     }
 }
 

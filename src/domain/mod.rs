@@ -15,7 +15,7 @@ mod provider_refund;
 mod recovery;
 mod refund_request;
 mod refund_resolution;
-mod review;
+pub mod review;
 
 pub use attempt::{
     Attempt, AttemptId, AttemptKind, AttemptStatus, Failure, Lease, LeaseOwner, ListProgress,

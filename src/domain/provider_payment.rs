@@ -101,8 +101,9 @@ pub fn resolve_snapshot(snapshot: &PaymentSnapshot, requested: &ChargeParams) ->
         | ProviderPaymentStatus::RequiresCapture
         | ProviderPaymentStatus::Other(_) => Resolution {
             review_reason: Some(format!(
-                "provider object {} is in unexpected status {:?}",
+                "provider object {} {} {:?}",
                 snapshot.id,
+                super::review::UNEXPECTED_STATUS,
                 snapshot.status.as_str()
             )),
             ..Resolution::plain(AttemptStatus::Pending)
@@ -129,7 +130,8 @@ impl Resolution {
     ) {
         if amount_minor != requested.amount_minor || currency != requested.currency.code() {
             self.review_reason = Some(format!(
-                "{noun} {id} is for {amount_minor} {currency}, the attempt asked for {} {}",
+                "{noun} {id} is for {amount_minor} {currency}, {} {} {}",
+                super::review::OTHER_AMOUNT,
                 requested.amount_minor,
                 requested.currency.code()
             ));

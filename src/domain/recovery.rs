@@ -202,7 +202,7 @@ pub fn resolve_lookup(mut found: Vec<PaymentSnapshot>) -> LookupResolution {
     found.dedup_by(|a, b| a.id == b.id);
     let double_charge = (found.len() > 1).then(|| {
         let ids: Vec<&str> = found.iter().map(|snapshot| snapshot.id.as_str()).collect();
-        format!("double charge: {} provider objects for one attempt: {}", ids.len(), ids.join(", "))
+        format!("{}: {} provider objects for one attempt: {}", super::review::DOUBLE_CHARGE, ids.len(), ids.join(", "))
     });
     let preferred = found
         .iter()

@@ -26,7 +26,7 @@ pub fn resolve_refund_snapshot(snapshot: &RefundSnapshot, requested: &ChargePara
             ..Resolution::plain(AttemptStatus::Failed)
         },
         RefundStatus::Other(name) => Resolution {
-            review_reason: Some(format!("provider refund {} is in unexpected status {name:?}", snapshot.id)),
+            review_reason: Some(format!("provider refund {} {} {name:?}", snapshot.id, super::review::UNEXPECTED_STATUS)),
             ..Resolution::plain(AttemptStatus::Pending)
         },
     };

@@ -66,6 +66,89 @@ pub fn dispute_reason(
     )
 }
 
+/// The first words of the other review reasons, which the code that writes each one and
+/// [`ReviewKind::of`] share.
+pub const DOUBLE_CHARGE: &str = "double charge";
+pub const DOUBLE_REFUND: &str = "double refund";
+pub const SECOND_PROVIDER_OBJECT: &str = "second provider object";
+pub const SECOND_PROVIDER_REFUND: &str = "second provider refund";
+pub const KEY_CONFLICT: &str = "the provider reports an idempotency key conflict";
+/// Said of a provider object or refund in a status chargeguard never puts it in.
+pub const UNEXPECTED_STATUS: &str = "is in unexpected status";
+/// Said of a provider object or refund for another amount or currency than the attempt's.
+pub const OTHER_AMOUNT: &str = "the attempt asked for";
+
+/// What a person is asked to look at, by kind: the `reason` label of
+/// `chargeguard_attempts_flagged_total`, a bounded set however the reasons' texts vary, so that
+/// an alert on flagged attempts can leave out the kinds that have alerts of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewKind {
+    DoubleCharge,
+    DoubleRefund,
+    /// A second provider object or refund for one attempt, not (yet) one that moved money.
+    SecondProviderObject,
+    SucceededAfterFailure,
+    Dispute,
+    KeyConflict,
+    UnexpectedStatus,
+    OtherAmount,
+    Other,
+}
+
+impl ReviewKind {
+    pub const ALL: [Self; 9] = [
+        Self::DoubleCharge,
+        Self::DoubleRefund,
+        Self::SecondProviderObject,
+        Self::SucceededAfterFailure,
+        Self::Dispute,
+        Self::KeyConflict,
+        Self::UnexpectedStatus,
+        Self::OtherAmount,
+        Self::Other,
+    ];
+
+    /// The kind of a review reason this codebase wrote, by its first words (or, for the two
+    /// said of either a payment or a refund, the words in its middle). Pure.
+    pub fn of(reason: &str) -> Self {
+        let starts = |prefix: &str| reason.starts_with(prefix);
+        if starts(DOUBLE_CHARGE) {
+            Self::DoubleCharge
+        } else if starts(DOUBLE_REFUND) {
+            Self::DoubleRefund
+        } else if starts(SECOND_PROVIDER_OBJECT) || starts(SECOND_PROVIDER_REFUND) {
+            Self::SecondProviderObject
+        } else if starts(SUCCEEDED_AFTER_FAILURE) {
+            Self::SucceededAfterFailure
+        } else if starts(DISPUTE) {
+            Self::Dispute
+        } else if starts(KEY_CONFLICT) {
+            Self::KeyConflict
+        } else if reason.contains(UNEXPECTED_STATUS) {
+            Self::UnexpectedStatus
+        } else if reason.contains(OTHER_AMOUNT) {
+            Self::OtherAmount
+        } else {
+            Self::Other
+        }
+    }
+
+    /// The metric label's value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::DoubleCharge => "double_charge",
+            Self::DoubleRefund => "double_refund",
+            Self::SecondProviderObject => "second_provider_object",
+            Self::SucceededAfterFailure => "succeeded_after_failure",
+            Self::Dispute => "dispute",
+            Self::KeyConflict => "key_conflict",
+            Self::UnexpectedStatus => "unexpected_status",
+            Self::OtherAmount => "other_amount",
+            Self::Other => "other",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Utc};
@@ -94,5 +177,68 @@ mod tests {
         ] {
             assert_eq!(succeeded_after_failure_reason(&snapshot(status, 0)), None);
         }
+    }
+
+    /// Each producer's own text is classified by the kind its alert expects; a producer whose
+    /// words changed would fall to `Other` and fail here.
+    #[test]
+    fn every_review_reason_written_here_has_its_kind() {
+        use crate::domain::{ChargeParams, PaymentSnapshot, resolve_lookup, resolve_refund_snapshot, resolve_snapshot};
+
+        let created = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
+        let paid = snapshot(ProviderPaymentStatus::Succeeded, 1_000);
+        let kind = |reason: Option<String>| ReviewKind::of(&reason.expect("a review reason"));
+
+        assert_eq!(kind(succeeded_after_failure_reason(&paid)), ReviewKind::SucceededAfterFailure);
+        assert_eq!(
+            kind(Some(dispute_reason("dp_1", Some("ch_1"), "fraudulent", 1_000, "usd", "needs_response"))),
+            ReviewKind::Dispute
+        );
+        let second = PaymentSnapshot { id: "pi_2".into(), ..paid.clone() };
+        let crate::domain::LookupResolution::Adopt { double_charge, .. } = resolve_lookup(vec![paid.clone(), second]) else {
+            panic!("two objects found are adopted")
+        };
+        assert_eq!(kind(double_charge), ReviewKind::DoubleCharge);
+
+        let requested: ChargeParams = crate::domain::fixtures::pending_attempt(created).params;
+        let odd = PaymentSnapshot { amount_minor: requested.amount_minor, ..snapshot(ProviderPaymentStatus::RequiresCapture, 0) };
+        assert_eq!(kind(resolve_snapshot(&odd, &requested).review_reason), ReviewKind::UnexpectedStatus);
+        let other_amount = PaymentSnapshot { amount_minor: requested.amount_minor + 1, ..paid.clone() };
+        assert_eq!(kind(resolve_snapshot(&other_amount, &requested).review_reason), ReviewKind::OtherAmount);
+
+        let refund = |status: &str, amount_minor: i64| crate::domain::RefundSnapshot {
+            id: "re_1".into(),
+            status: status.into(),
+            amount_minor,
+            currency: requested.currency.code().into(),
+            failure_reason: None,
+            payment_id: Some("pi_1".into()),
+            created,
+            metadata: Default::default(),
+        };
+        assert_eq!(
+            kind(resolve_refund_snapshot(&refund("reversed", requested.amount_minor), &requested).review_reason),
+            ReviewKind::UnexpectedStatus
+        );
+        assert_eq!(
+            kind(resolve_refund_snapshot(&refund("succeeded", requested.amount_minor + 1), &requested).review_reason),
+            ReviewKind::OtherAmount
+        );
+
+        for (prefix, expected) in [
+            (DOUBLE_REFUND, ReviewKind::DoubleRefund),
+            (SECOND_PROVIDER_OBJECT, ReviewKind::SecondProviderObject),
+            (SECOND_PROVIDER_REFUND, ReviewKind::SecondProviderObject),
+            (KEY_CONFLICT, ReviewKind::KeyConflict),
+        ] {
+            assert_eq!(ReviewKind::of(&format!("{prefix}: details")), expected);
+        }
+        assert_eq!(ReviewKind::of("flagged by hand"), ReviewKind::Other);
+    }
+
+    #[test]
+    fn each_kind_has_its_own_label() {
+        let labels: std::collections::HashSet<_> = ReviewKind::ALL.iter().map(|kind| kind.label()).collect();
+        assert_eq!(labels.len(), ReviewKind::ALL.len());
     }
 }

@@ -18,6 +18,7 @@ use crate::domain::{
 use crate::provider::{ConfirmPayment, CreateOutcome, CreatePayment, CreatedRange, METADATA_ATTEMPT_ID, ProviderError};
 use crate::store::{CallerTime, LeaseRequest, Leased, RoundResult};
 use crate::telemetry::alert_counters;
+use crate::domain::review;
 
 /// The provider's largest list page.
 const LIST_PAGE_SIZE: u32 = 100;
@@ -153,10 +154,7 @@ impl Orchestrator {
         if let Some(reason) = &result.review_reason {
             tracing::error!(attempt_id = %attempt.id, operation_key = %attempt.operation_key,
                 reason = %reason, "attempt needs review");
-            metrics::counter!(alert_counters::ATTEMPTS_FLAGGED).increment(1);
-            if reason.starts_with("double charge") {
-                metrics::counter!(alert_counters::DOUBLE_CHARGES_FOUND).increment(1);
-            }
+            crate::telemetry::count_flagged_attempt(review::ReviewKind::of(reason));
         }
         Ok(RoundEnd { attempt, provider_error: observed.outcome.err(), lease_lost })
     }
@@ -189,7 +187,7 @@ impl Orchestrator {
                 // resets) backs off and is tried again for as long as it lasts.
                 review_reason: match error {
                     ProviderError::KeyConflict(message) => {
-                        Some(format!("the provider reports an idempotency key conflict: {message}"))
+                        Some(format!("{}: {message}", review::KEY_CONFLICT))
                     }
                     _ => None,
                 },

@@ -7,6 +7,7 @@ use crate::domain::{
     resolve_refund_snapshot, resolve_snapshot, succeeded_after_failure_reason,
 };
 use crate::store::inbox::{InboxOutcome, PaymentUpdate, RefundUpdate, Settlement};
+use crate::domain::review;
 
 use super::event::{DisputeFacts, EventError, RefundSubject};
 
@@ -49,9 +50,9 @@ pub fn for_payment(
         // Two provider objects for one attempt: whatever this one is, a person must look; the
         // attempt keeps the object it adopted.
         let prefix = if snapshot.status == ProviderPaymentStatus::Succeeded {
-            "double charge"
+            review::DOUBLE_CHARGE
         } else {
-            "second provider object"
+            review::SECOND_PROVIDER_OBJECT
         };
         return Settlement::Flag {
             attempt_id: attempt.id,
@@ -121,8 +122,8 @@ fn refund_update(
         return Err(Box::new(Settlement::Flag {
             attempt_id: attempt.id,
             review_reason: format!(
-                "second provider refund: event {event_id} reports refund {} ({}) for refund attempt {}, which recorded {bound}",
-                refund.id, refund.status, attempt.id
+                "{}: event {event_id} reports refund {} ({}) for refund attempt {}, which recorded {bound}",
+                review::SECOND_PROVIDER_REFUND, refund.id, refund.status, attempt.id
             ),
         }));
     }
@@ -350,10 +351,7 @@ mod tests {
         let Settlement::Flag { review_reason, .. } = settlement else {
             panic!("a flag")
         };
-        assert!(
-            review_reason.starts_with("double charge"),
-            "{review_reason}"
-        );
+        assert_eq!(review::ReviewKind::of(&review_reason), review::ReviewKind::DoubleCharge, "{review_reason}");
         assert!(
             review_reason.contains("pi_1")
                 && review_reason.contains("pi_2")
@@ -433,6 +431,7 @@ mod tests {
             panic!("a flag")
         };
         assert!(review_reason.contains("re_0") && review_reason.contains("re_1"), "{review_reason}");
+        assert_eq!(review::ReviewKind::of(&review_reason), review::ReviewKind::SecondProviderObject);
     }
 
     #[test]

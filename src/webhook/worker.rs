@@ -16,6 +16,7 @@ use crate::store::{CallerTime, StoreError};
 use crate::store::inbox::{
     Claim, ClaimOwner, InboxEvent, InboxOutcome, InboxStore, SettleEvent, Settlement,
 };
+use crate::domain::review::ReviewKind;
 use crate::telemetry::alert_counters;
 
 /// Batches drained per tick before the worker sleeps again, so one tick is bounded even when
@@ -302,7 +303,7 @@ fn record(
             provider_payment_id = %update.provider_payment_id, reason = %reason,
             "provider reports money moved for an attempt answered failed; attempt needs review");
         metrics::counter!(alert_counters::SUCCEEDED_AFTER_FAILURE).increment(1);
-        metrics::counter!(alert_counters::ATTEMPTS_FLAGGED).increment(1);
+        crate::telemetry::count_flagged_attempt(ReviewKind::SucceededAfterFailure);
     }
     if outcome == InboxOutcome::FailedAfterSuccess
         && let Settlement::Refunds(updates) = settlement
@@ -326,14 +327,11 @@ fn record(
             reason = %review_reason, "charge disputed; attempt needs review");
         metrics::counter!(alert_counters::DISPUTES, "event_type" => event.event_type.clone())
             .increment(1);
-        metrics::counter!(alert_counters::ATTEMPTS_FLAGGED).increment(1);
+        crate::telemetry::count_flagged_attempt(ReviewKind::Dispute);
     }
     if let Some(reason) = review_reason {
         tracing::error!(event_id = %event.event_id, reason = %reason, "attempt needs review");
-        metrics::counter!(alert_counters::ATTEMPTS_FLAGGED).increment(1);
-        if reason.starts_with("double charge") {
-            metrics::counter!(alert_counters::DOUBLE_CHARGES_FOUND).increment(1);
-        }
+        crate::telemetry::count_flagged_attempt(ReviewKind::of(reason));
     }
     match outcome {
         InboxOutcome::UnknownObject | InboxOutcome::Unreadable => {

@@ -1139,6 +1139,7 @@ async fn a_declined_intent_confirmed_later_flags_the_failed_attempt_and_is_repor
     assert_eq!(paid.status, stripe_core::PaymentIntentStatus::Succeeded);
 
     let counted_before = counter(&hooked.app, "chargeguard_succeeded_after_failure_total").await;
+    let flagged_before = counter(&hooked.app, "chargeguard_attempts_flagged_total{reason=\"succeeded_after_failure\"}").await;
     let settled = hooked.deliver().await;
     assert_eq!(
         outcomes(&settled, "payment_intent.succeeded"),
@@ -1146,6 +1147,8 @@ async fn a_declined_intent_confirmed_later_flags_the_failed_attempt_and_is_repor
     );
     let counted = counter(&hooked.app, "chargeguard_succeeded_after_failure_total").await;
     assert!(counted >= counted_before + 1.0, "{counted_before} → {counted}");
+    let flagged = counter(&hooked.app, "chargeguard_attempts_flagged_total{reason=\"succeeded_after_failure\"}").await;
+    assert!(flagged >= flagged_before + 1.0, "flagged by its kind: {flagged_before} → {flagged}");
 
     let attempt = hooked.app.attempt_of(key).await;
     assert_eq!(status(&attempt), AttemptStatus::Failed, "states only move forward");

@@ -10,6 +10,7 @@ use crate::orchestrator::{Orchestrator, OrchestratorError};
 use crate::provider::{CreateRefund, METADATA_ATTEMPT_ID, ProviderError, RefundOutcome};
 use crate::store::StoreError;
 use crate::domain::LeaseOwner;
+use crate::domain::review;
 
 impl Observation {
     fn of_refund(snapshot: &RefundSnapshot, attempt: &Attempt) -> Self {
@@ -151,7 +152,7 @@ fn adopted_refund(mut found: Vec<RefundSnapshot>, attempt: &Attempt, calls_made:
     found.dedup_by(|a, b| a.id == b.id);
     let double_refund = (found.len() > 1).then(|| {
         let ids: Vec<&str> = found.iter().map(|refund| refund.id.as_str()).collect();
-        format!("double refund: {} provider refunds for one attempt: {}", ids.len(), ids.join(", "))
+        format!("{}: {} provider refunds for one attempt: {}", review::DOUBLE_REFUND, ids.len(), ids.join(", "))
     });
     let preferred = found.iter().position(RefundSnapshot::has_returned_money).unwrap_or(0);
     let mut observation = Observation::of_refund(&found[preferred], attempt);

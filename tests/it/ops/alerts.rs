@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use chargeguard::domain::review::ReviewKind;
 use yaml_rust2::YamlLoader;
 
 use super::process::{ServeProcess, command};
@@ -16,9 +17,14 @@ const RULES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus"
 const RULES: &str = include_str!("../../../deploy/prometheus/alerts.yml");
 
 fn promtool(arguments: &[&str]) {
+    promtool_in(Path::new(RULES_DIR), arguments);
+}
+
+/// Runs promtool in `dir` and fails the test with what it printed unless it succeeded.
+pub(super) fn promtool_in(dir: &Path, arguments: &[&str]) {
     let output = std::process::Command::new("promtool")
         .args(arguments)
-        .current_dir(Path::new(RULES_DIR))
+        .current_dir(dir)
         .output()
         .unwrap_or_else(|error| {
             panic!("promtool: {error} (it comes with Debian's prometheus package; .ci/run installs it)")
@@ -38,21 +44,50 @@ fn promtool_accepts_the_alert_rules_and_their_unit_tests_pass() {
     promtool(&["test", "rules", "alerts.test.yml"]);
 }
 
-/// Every `chargeguard_…` metric name the rules' expressions read.
-fn metrics_read_by_the_rules() -> BTreeSet<String> {
+/// Every rule's expression.
+fn rule_expressions() -> Vec<String> {
     let documents = YamlLoader::load_from_str(RULES).unwrap();
-    let mut names = BTreeSet::new();
+    let mut expressions = Vec::new();
     for group in documents[0]["groups"].as_vec().expect("groups") {
         for rule in group["rules"].as_vec().expect("rules") {
-            let expr = rule["expr"].as_str().expect("every rule has an expr");
-            names.extend(
-                expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .filter(|token| token.starts_with("chargeguard_"))
-                    .map(str::to_owned),
-            );
+            expressions.push(rule["expr"].as_str().expect("every rule has an expr").to_owned());
         }
     }
-    names
+    expressions
+}
+
+/// Every `chargeguard_…` metric name the rules' expressions read.
+fn metrics_read_by_the_rules() -> BTreeSet<String> {
+    rule_expressions()
+        .iter()
+        .flat_map(|expr| {
+            expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|token| token.starts_with("chargeguard_"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// A rule that leaves out a kind of review reason by a misspelt name would page twice for it:
+/// every `reason` the rules match on is a label serve counts flagged attempts under.
+#[test]
+fn every_review_reason_the_rules_match_is_a_kind_serve_counts() {
+    let kinds: BTreeSet<&str> = ReviewKind::ALL.iter().map(|kind| kind.label()).collect();
+    let mut matched = 0;
+    for expr in rule_expressions() {
+        for (at, _) in expr.match_indices("reason") {
+            let rest = expr[at + "reason".len()..].trim_start_matches(['!', '=', '~']);
+            let Some(value) = rest.strip_prefix('"').and_then(|quoted| quoted.split('"').next()) else {
+                continue;
+            };
+            for alternative in value.split('|') {
+                assert!(kinds.contains(alternative), "{expr} matches reason {alternative:?}, not one of {kinds:?}");
+                matched += 1;
+            }
+        }
+    }
+    assert!(matched >= 3, "the review alert leaves out the kinds that alert on their own");
 }
 
 #[tokio::test]

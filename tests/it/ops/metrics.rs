@@ -165,7 +165,6 @@ async fn alert_counters_are_exported_at_zero_before_anything_happened() {
     for name in [
         "chargeguard_succeeded_after_failure_total",
         "chargeguard_refunds_failed_after_success_total",
-        "chargeguard_attempts_flagged_total",
         "chargeguard_double_charges_found_total",
         "chargeguard_replayed_failures_total",
         "chargeguard_webhook_settle_errors_total",
@@ -176,6 +175,20 @@ async fn alert_counters_are_exported_at_zero_before_anything_happened() {
     }
     for outcome in ["clean", "discrepancies", "error"] {
         let series = format!("chargeguard_report_runs_total{{outcome=\"{outcome}\"}} ");
+        assert_eq!(series_value(&text, &series), Some(0.0), "{series}:\n{text}");
+    }
+    for reason in [
+        "double_charge",
+        "double_refund",
+        "second_provider_object",
+        "succeeded_after_failure",
+        "dispute",
+        "key_conflict",
+        "unexpected_status",
+        "other_amount",
+        "other",
+    ] {
+        let series = format!("chargeguard_attempts_flagged_total{{reason=\"{reason}\"}} ");
         assert_eq!(series_value(&text, &series), Some(0.0), "{series}:\n{text}");
     }
     for event_type in ["charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed"] {

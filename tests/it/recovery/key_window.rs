@@ -115,6 +115,7 @@ async fn a_double_charge_found_past_the_window_is_adopted_and_flagged(backend: B
         .unwrap();
     advance(&app, hours(25)).await;
     let double_charges_before = counter(&app, "chargeguard_double_charges_found_total").await;
+    let flagged_before = counter(&app, "chargeguard_attempts_flagged_total{reason=\"double_charge\"}").await;
 
     let swept = sweep_until_idle(&app).await;
     assert_eq!((swept.claimed, swept.succeeded, swept.flagged), (1, 1, 1), "{swept}");
@@ -131,6 +132,8 @@ async fn a_double_charge_found_past_the_window_is_adopted_and_flagged(backend: B
     // The recorder is one per test binary: other tests may add to the count, never take away.
     let double_charges = counter(&app, "chargeguard_double_charges_found_total").await;
     assert!(double_charges >= double_charges_before + 1.0, "{double_charges_before} → {double_charges}");
+    let flagged = counter(&app, "chargeguard_attempts_flagged_total{reason=\"double_charge\"}").await;
+    assert!(flagged >= flagged_before + 1.0, "flagged as a double charge: {flagged_before} → {flagged}");
 }
 
 async fn requires_action_rows_are_read_and_adopted_then_cancelled_past_their_age(backend: Backend) {
