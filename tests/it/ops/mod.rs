@@ -1,11 +1,12 @@
 //! Operating chargeguard: the first run, the CLI client, health and reflection, graceful
-//! shutdown, metrics and the alerting rules, logs, configuration and deploy/ (issue 7).
+//! shutdown, metrics, the alerting rules and the dashboard, logs, configuration and deploy/ (issue 7).
 
 pub(crate) mod process;
 
 mod alerts;
 mod cli;
 mod config;
+mod dashboard;
 mod deploy;
 mod first_run;
 mod health;
