@@ -41,6 +41,8 @@ pub(super) fn promtool_in(dir: &Path, arguments: &[&str]) {
 #[test]
 fn promtool_accepts_the_alert_rules_and_their_unit_tests_pass() {
     promtool(&["check", "rules", "alerts.yml"]);
+    // The compose layout's Prometheus configuration, and the rule files it loads.
+    promtool(&["check", "config", "prometheus.yml"]);
     promtool(&["test", "rules", "alerts.test.yml"]);
 }
 

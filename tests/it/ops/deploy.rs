@@ -275,7 +275,7 @@ fn compose_runs_postgres_chargeguard_the_simulator_and_the_example_consumer_with
     assert_eq!(strings(&consumer["command"]), ["run"]);
     assert_eq!(consumer["environment"]["ORDER_CONSUMER_TOKEN_FILE"].as_str(), Some("/run/secrets/orders_token"));
     assert_eq!(compose["secrets"]["orders_token"]["file"].as_str(), Some("./orders.token"));
-    for service in ["postgres", "chargeguard", "order-consumer"] {
+    for service in ["postgres", "chargeguard", "order-consumer", "grafana"] {
         let environment = services[service]["environment"].as_hash().unwrap();
         for (name, value) in environment {
             let (name, value) = (name.as_str().unwrap(), value.as_str().unwrap_or_default());
@@ -287,6 +287,44 @@ fn compose_runs_postgres_chargeguard_the_simulator_and_the_example_consumer_with
             }
         }
     }
+}
+
+/// The compose layout's monitoring: Prometheus scrapes chargeguard's HTTP port and loads the
+/// alerting rules from the mounted deploy/prometheus/ (promtool checks that configuration in
+/// `ops::alerts`); Grafana is provisioned with that Prometheus and the dashboard.
+#[test]
+fn compose_monitors_chargeguard_with_the_alerting_rules_and_the_dashboard() {
+    let deploy = Path::new(ROOT).join("deploy");
+    let load = |file: &str| YamlLoader::load_from_str(&std::fs::read_to_string(deploy.join(file)).unwrap()).unwrap().remove(0);
+    let compose = load("docker-compose.yml");
+    let services = &compose["services"];
+
+    let prometheus = &services["prometheus"];
+    assert!(strings(&prometheus["volumes"]).contains(&"./prometheus:/etc/prometheus:ro"));
+    assert!(strings(&prometheus["command"]).contains(&"--config.file=/etc/prometheus/prometheus.yml"));
+    let config = load("prometheus/prometheus.yml");
+    assert_eq!(strings(&config["rule_files"]), ["alerts.yml"]);
+    let job = &config["scrape_configs"][0];
+    assert_eq!(job["job_name"].as_str(), Some("chargeguard"));
+    // The HTTP port, where /metrics is: the container's 8080 (README "Deploy").
+    assert_eq!(strings(&job["static_configs"][0]["targets"]), ["chargeguard:8080"]);
+    assert!(strings(&services["chargeguard"]["ports"]).iter().any(|mapping| mapping.ends_with(":8080")));
+
+    let grafana = &services["grafana"];
+    let volumes = strings(&grafana["volumes"]);
+    assert!(volumes.contains(&"./grafana/provisioning:/etc/grafana/provisioning:ro"), "{volumes:?}");
+    let dashboard_mount = volumes
+        .iter()
+        .find_map(|volume| volume.strip_prefix("./grafana/chargeguard.json:"))
+        .expect("the dashboard is mounted");
+    let dashboards = load("grafana/provisioning/dashboards/chargeguard.yml");
+    let dashboards_path = dashboards["providers"][0]["options"]["path"].as_str().unwrap();
+    assert!(dashboard_mount.starts_with(&format!("{dashboards_path}/")), "{dashboard_mount} outside {dashboards_path}");
+    let datasources = load("grafana/provisioning/datasources/prometheus.yml");
+    let datasource = &datasources["datasources"][0];
+    assert_eq!(datasource["type"].as_str(), Some("prometheus"));
+    let prometheus_port = strings(&prometheus["ports"])[0].rsplit(':').next().unwrap().to_owned();
+    assert_eq!(datasource["url"].as_str(), Some(format!("http://prometheus:{prometheus_port}").as_str()));
 }
 
 /// The command in the code block after `<!-- build-command -->` in the README.
