@@ -58,17 +58,17 @@ fn rule_expressions() -> Vec<String> {
     expressions
 }
 
+/// The words of `text` (letters, digits and `_`) that start with `prefix`.
+pub(super) fn words_starting(text: &str, prefix: &str) -> BTreeSet<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Every `chargeguard_…` metric name the rules' expressions read.
 fn metrics_read_by_the_rules() -> BTreeSet<String> {
-    rule_expressions()
-        .iter()
-        .flat_map(|expr| {
-            expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .filter(|token| token.starts_with("chargeguard_"))
-                .map(str::to_owned)
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    rule_expressions().iter().flat_map(|expr| words_starting(expr, "chargeguard_")).collect()
 }
 
 /// A rule that leaves out a kind of review reason by a misspelt name would page twice for it:

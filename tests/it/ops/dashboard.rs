@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::alerts::promtool_in;
+use super::alerts::{promtool_in, words_starting};
 
 const DASHBOARD: &str = include_str!("../../../deploy/grafana/chargeguard.json");
 const ALERT_RULES: &str = include_str!("../../../deploy/prometheus/alerts.yml");
@@ -35,14 +35,6 @@ fn queries(dashboard: &Value) -> Vec<(String, String)> {
                 (title.clone(), target["expr"].as_str().expect("every target has an expr").to_owned())
             })
         })
-        .collect()
-}
-
-/// The words of `text` that start with `prefix`.
-fn words_starting(text: &str, prefix: &str) -> BTreeSet<String> {
-    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|word| word.starts_with(prefix))
-        .map(str::to_owned)
         .collect()
 }
 
