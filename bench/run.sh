@@ -219,9 +219,22 @@ echo "tps $(pgbench_tps by-key), latency average $(pgbench_latency by-key) ms"
 
 # --- the service -----------------------------------------------------------------------------------
 log "starting the simulator on $SIM_ADDR and chargeguard on $GRPC_ADDR"
-"$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" "${SIM_LIMITS[@]}" >"$OUT/sim.log" 2>&1 &
-sim_pid=$!
-wait_http "http://$SIM_ADDR/_sim/clock"
+# A fresh simulator for every service run, as compare.sh and latency.sh start theirs. It keeps
+# every object it made (~7.7 KB of memory each, with its idempotency entry and search snapshot),
+# and one simulator for the whole run had made over 300,000 intents by the side by side
+# (~225,000 of them in the row that measures the simulator by itself), growing by ~400 MB a row
+# while the rows ran: its CPU per charge rose from 70 µs in the first row to 105-119 µs in the
+# side by side (run 32), a cost of the stand-in's ledger on the cores the service shares, which
+# pgbench never pays and Stripe never puts on ours (BENCHMARKS.md, twenty-third round).
+start_sim() {
+  if [ -n "$sim_pid" ]; then
+    kill -TERM "$sim_pid"
+    wait "$sim_pid" || true
+  fi
+  "$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" "${SIM_LIMITS[@]}" >>"$OUT/sim.log" 2>&1 &
+  sim_pid=$!
+  wait_http "http://$SIM_ADDR/_sim/clock"
+}
 
 token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
 serve_config "$BIN" "$token" "$CONCURRENCY" >"$OUT/serve.toml"
@@ -234,6 +247,7 @@ service_env=(
 start_service() { # log-name [extra VAR=value ...]
   local log_name=$1
   shift
+  start_sim
   env "${service_env[@]}" "$@" "$BIN" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/$log_name.log" 2>&1 &
   serve_pid=$!
   wait_http "http://$HTTP_ADDR/readyz"
