@@ -220,12 +220,13 @@ echo "tps $(pgbench_tps by-key), latency average $(pgbench_latency by-key) ms"
 # --- the service -----------------------------------------------------------------------------------
 log "starting the simulator on $SIM_ADDR and chargeguard on $GRPC_ADDR"
 # A fresh simulator for every service run, as compare.sh and latency.sh start theirs. It keeps
-# every object it made (~7.7 KB of memory each, with its idempotency entry and search snapshot),
-# and one simulator for the whole run had made over 300,000 intents by the side by side
-# (~225,000 of them in the row that measures the simulator by itself), growing by ~400 MB a row
-# while the rows ran: its CPU per charge rose from 70 µs in the first row to 105-119 µs in the
-# side by side (run 32), a cost of the stand-in's ledger on the cores the service shares, which
-# pgbench never pays and Stripe never puts on ours (BENCHMARKS.md, twenty-third round).
+# every object it made (~5 KB of memory each with its idempotency entry and search snapshot;
+# 7.7 KB in run 32), and one simulator for the whole run had made over 300,000 intents by the
+# side by side (~225,000 of them in the row that measures the simulator by itself), growing by
+# ~400 MB a row while the rows ran: its CPU per charge rose from 70 µs in the first row to
+# 105-119 µs in the side by side (run 32), a cost of the stand-in's ledger on the cores the
+# service shares, which pgbench never pays and Stripe never puts on ours (BENCHMARKS.md,
+# twenty-third round).
 start_sim() {
   if [ -n "$sim_pid" ]; then
     kill -TERM "$sim_pid"

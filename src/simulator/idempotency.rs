@@ -4,6 +4,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use sha2::{Digest, Sha256};
+
 use super::wire::{ApiError, ErrorType, StoredResponse};
 
 /// Stripe's limit on the key length.
@@ -23,8 +25,9 @@ enum Slot {
 
 #[derive(Debug)]
 struct Entry {
-    /// Method, path and parameters of the first request.
-    fingerprint: String,
+    /// SHA-256 of the method, path and parameters of the first request: compared, never shown,
+    /// and a tenth of the text's size in a store that keeps a key per object made.
+    fingerprint: [u8; 32],
     created_at: i64,
     slot: Slot,
 }
@@ -89,6 +92,7 @@ impl IdempotencyStore {
             api_key: api_key.to_owned(),
             key: key.to_owned(),
         };
+        let fingerprint: [u8; 32] = Sha256::digest(fingerprint.as_bytes()).into();
         if let Some(entry) = self.entries.get(&scope) {
             return match &entry.slot {
                 Slot::Executing => Admission::Reject(
@@ -127,7 +131,7 @@ impl IdempotencyStore {
         self.entries.insert(
             scope.clone(),
             Entry {
-                fingerprint: fingerprint.to_owned(),
+                fingerprint,
                 created_at: now,
                 slot: Slot::Executing,
             },

@@ -49,7 +49,9 @@ pub struct ExecContext {
 #[derive(Debug)]
 pub struct State {
     config: SimulatorConfig,
-    payment_intents: HashMap<String, PaymentIntent>,
+    /// Each version of an intent is one allocation, shared with its search snapshot: an intent
+    /// changes only by replacing it whole (`store_intent`), never in place.
+    payment_intents: HashMap<String, Arc<PaymentIntent>>,
     refunds: HashMap<String, Refund>,
     disputes: HashMap<String, Dispute>,
     /// The status new refunds start in.
@@ -66,9 +68,9 @@ pub struct State {
     request_log: VecDeque<RequestLogEntry>,
     next_request_seq: u64,
     /// What search sees: the last snapshot whose lag has passed.
-    search_index: HashMap<String, PaymentIntent>,
+    search_index: HashMap<String, Arc<PaymentIntent>>,
     /// Snapshots waiting for the search lag, in the order they were taken.
-    index_queue: VecDeque<(i64, PaymentIntent)>,
+    index_queue: VecDeque<(i64, Arc<PaymentIntent>)>,
     /// (settles at, seq) → payment intent id, for `processing` intents.
     settlements: BTreeMap<(i64, u64), String>,
     webhooks: Arc<Webhooks>,
@@ -167,7 +169,7 @@ impl State {
     }
 
     fn settle(&mut self, id: &str, now: i64) {
-        let Some(mut intent) = self.payment_intents.get(id).cloned() else {
+        let Some(mut intent) = self.payment_intent_copy(id) else {
             return;
         };
         let Some((_, settlement)) = intent.settlement.take() else {
@@ -208,13 +210,19 @@ impl State {
                 self.search_index.insert(snapshot.id.clone(), snapshot);
             }
         }
+        let intent = Arc::new(intent);
         self.index_queue
-            .push_back((now.saturating_add(lag), intent.clone()));
+            .push_back((now.saturating_add(lag), Arc::clone(&intent)));
         if let Some(event) = event {
             self.webhooks
                 .emit(event, intent.id.clone(), || intent.render(), now, ctx);
         }
         self.payment_intents.insert(intent.id.clone(), intent);
+    }
+
+    /// A copy of an intent to change and store again.
+    fn payment_intent_copy(&self, id: &str) -> Option<PaymentIntent> {
+        self.payment_intents.get(id).map(|intent| PaymentIntent::clone(intent))
     }
 
     pub fn execute(&mut self, operation: Operation, ctx: &ExecContext) -> StoredResponse {
@@ -245,7 +253,7 @@ impl State {
     }
 
     fn intent(&self, id: &str, in_path: bool) -> Result<&PaymentIntent, ApiError> {
-        self.payment_intents.get(id).ok_or_else(|| {
+        self.payment_intents.get(id).map(Arc::as_ref).ok_or_else(|| {
             if in_path {
                 ApiError::not_found("payment_intent", id, "intent")
             } else {
@@ -503,6 +511,7 @@ impl State {
         let mut items: Vec<&PaymentIntent> = self
             .payment_intents
             .values()
+            .map(Arc::as_ref)
             .filter(|intent| query.created.contains(intent.created))
             .collect();
         items.sort_by_key(|intent| std::cmp::Reverse((intent.created, intent.seq)));
@@ -547,6 +556,7 @@ impl State {
         let mut hits: Vec<&PaymentIntent> = self
             .search_index
             .values()
+            .map(Arc::as_ref)
             .filter(|snapshot| query.query.matches(snapshot))
             .collect();
         hits.sort_by_key(|snapshot| std::cmp::Reverse((snapshot.created, snapshot.seq)));
@@ -573,7 +583,7 @@ impl State {
             .map(|snapshot| {
                 self.payment_intents
                     .get(&snapshot.id)
-                    .unwrap_or(snapshot)
+                    .map_or(*snapshot, Arc::as_ref)
                     .render()
             })
             .collect();
@@ -686,7 +696,7 @@ impl State {
                 .emit_rendered("charge.refunded", charge, ctx.now, Some(ctx));
         }
         self.refunds.insert(refund.id.clone(), refund);
-        self.payment_intents.insert(intent.id.clone(), intent);
+        self.payment_intents.insert(intent.id.clone(), Arc::new(intent));
         Ok(body)
     }
 
@@ -718,7 +728,7 @@ impl State {
         if let Some(charge) = self
             .payment_intents
             .get(&refund.payment_intent)
-            .and_then(PaymentIntent::render_charge)
+            .and_then(|intent| intent.render_charge())
         {
             self.webhooks.emit_rendered("charge.refunded", charge, now, None);
         }
@@ -735,9 +745,7 @@ impl State {
             return Err(format!("refund {id} is already {}", refund.status.as_str()));
         }
         let mut intent = self
-            .payment_intents
-            .get(&refund.payment_intent)
-            .cloned()
+            .payment_intent_copy(&refund.payment_intent)
             .ok_or_else(|| format!("refund {id} has no payment intent"))?;
         debug_assert!(intent.amount_refunded >= refund.amount);
         intent.amount_refunded -= refund.amount;
@@ -755,7 +763,7 @@ impl State {
         self.webhooks
             .emit_rendered("charge.refund.updated", body.clone(), now, None);
         self.refunds.insert(refund.id.clone(), refund);
-        self.payment_intents.insert(intent.id.clone(), intent);
+        self.payment_intents.insert(intent.id.clone(), Arc::new(intent));
         Ok(body)
     }
 
@@ -768,9 +776,7 @@ impl State {
     ) -> Result<Value, String> {
         self.ensure_room().map_err(|error| error.message)?;
         let mut intent = self
-            .payment_intents
-            .get(payment_intent)
-            .cloned()
+            .payment_intent_copy(payment_intent)
             .ok_or_else(|| format!("no payment intent {payment_intent}"))?;
         let charge = match (&intent.status, &intent.latest_charge) {
             (PaymentIntentStatus::Succeeded, Some(charge)) => charge.clone(),
@@ -808,7 +814,7 @@ impl State {
         self.webhooks
             .emit_rendered("charge.dispute.created", body.clone(), now, None);
         self.disputes.insert(dispute.id.clone(), dispute);
-        self.payment_intents.insert(intent.id.clone(), intent);
+        self.payment_intents.insert(intent.id.clone(), Arc::new(intent));
         Ok(body)
     }
 
@@ -847,7 +853,7 @@ impl State {
     }
 
     pub fn ledger(&self) -> Ledger {
-        let mut payment_intents: Vec<&PaymentIntent> = self.payment_intents.values().collect();
+        let mut payment_intents: Vec<&PaymentIntent> = self.payment_intents.values().map(Arc::as_ref).collect();
         payment_intents.sort_by_key(|intent| intent.seq);
         let mut refunds: Vec<&Refund> = self.refunds.values().collect();
         refunds.sort_by_key(|refund| refund.seq);
@@ -920,7 +926,7 @@ impl State {
 
     /// One intent's ledger entry, without rendering the whole ledger (seeding stays linear).
     fn ledger_entry(&self, id: &str) -> Option<LedgerPaymentIntent> {
-        self.payment_intents.get(id).map(LedgerPaymentIntent::of)
+        self.payment_intents.get(id).map(|intent| LedgerPaymentIntent::of(intent))
     }
 
     /// Changes an intent behind the API's back (no event), to seed discrepancies.
@@ -931,9 +937,7 @@ impl State {
         now: i64,
     ) -> Result<(), String> {
         let mut intent = self
-            .payment_intents
-            .get(id)
-            .cloned()
+            .payment_intent_copy(id)
             .ok_or_else(|| format!("no payment intent {id}"))?;
         if let Some(amount) = force.amount {
             intent.amount = amount;
@@ -966,9 +970,7 @@ impl State {
         now: i64,
     ) -> Result<Value, String> {
         let mut intent = self
-            .payment_intents
-            .get(id)
-            .cloned()
+            .payment_intent_copy(id)
             .ok_or_else(|| format!("no payment intent {id}"))?;
         if intent.status != PaymentIntentStatus::RequiresAction {
             return Err(format!(
@@ -1134,5 +1136,44 @@ mod tests {
         assert_eq!(shown(list(2, Some("2"), None)), (json!([1]), false));
         assert_eq!(shown(list(2, None, Some("2"))), (json!([4, 3]), true));
         assert_eq!(shown(list(2, None, Some("4"))), (json!([5]), false));
+    }
+
+    /// An intent and its search snapshot are one allocation until the intent changes: the
+    /// simulator keeps every object it made, and a copy each doubled what an intent cost.
+    #[test]
+    fn an_intent_and_its_search_snapshot_share_one_allocation_until_it_changes() {
+        let config = SimulatorConfig::default();
+        let webhooks = Arc::new(Webhooks::new(None, config.seed, config.limits.clone()).unwrap());
+        let mut state = State::new(config, webhooks);
+        let ctx = ExecContext {
+            now: 1_700_000_000,
+            request_id: "req_1".into(),
+            idempotency_key: None,
+            base_url: "http://127.0.0.1:1/".into(),
+        };
+        let create = CreatePaymentIntent {
+            amount: 1_000,
+            currency: "usd".into(),
+            confirm: false,
+            payment_method: Some("pm_card_visa".into()),
+            metadata: BTreeMap::new(),
+            description: None,
+            customer: None,
+            capture_method: "automatic".into(),
+            return_url: None,
+        };
+        let created = state.execute(Operation::CreatePaymentIntent(create), &ctx);
+        let body: Value = serde_json::from_slice(&created.body).unwrap();
+        let id = body["id"].as_str().unwrap().to_owned();
+        // Past the search lag, the snapshot is in the index.
+        let later = ctx.now + i64::try_from(state.config.search_lag_seconds).unwrap() + 1;
+        state.catch_up(later);
+        assert!(Arc::ptr_eq(&state.payment_intents[&id], &state.search_index[&id]));
+
+        let cancel = Operation::CancelPaymentIntent { id: id.clone(), reason: None };
+        state.execute(cancel, &ExecContext { now: later, ..ctx });
+        assert!(!Arc::ptr_eq(&state.payment_intents[&id], &state.search_index[&id]), "a change is a new version");
+        assert_eq!(state.payment_intents[&id].status, PaymentIntentStatus::Canceled);
+        assert_eq!(state.search_index[&id].status, PaymentIntentStatus::RequiresConfirmation, "search lags behind it");
     }
 }
