@@ -25,8 +25,8 @@ enum Slot {
 
 #[derive(Debug)]
 struct Entry {
-    /// SHA-256 of the method, path and parameters of the first request: compared, never shown,
-    /// and a tenth of the text's size in a store that keeps a key per object made.
+    /// SHA-256 of the method, path and parameters of the first request: only compared, never
+    /// shown, and far smaller than their text in a store that keeps a key per object made.
     fingerprint: [u8; 32],
     created_at: i64,
     slot: Slot,
