@@ -145,13 +145,24 @@ stop_all() {
 # latency.sh's simulator-alone row then failed).
 SIM_LIMITS=(--objects-max 4000000 --idempotency-keys-max 4000000)
 
+# start_sim BIN LOG: BIN's simulator on SIM_ADDR with those limits, appending to LOG, ready; one
+# this script started before (sim_pid) is stopped first. Sets sim_pid.
+start_sim() {
+  local bin=$1 log=$2
+  if [ -n "$sim_pid" ]; then
+    kill -TERM "$sim_pid"
+    wait "$sim_pid" || true
+  fi
+  "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" "${SIM_LIMITS[@]}" >>"$log" 2>&1 &
+  sim_pid=$!
+  wait_http "http://$SIM_ADDR/_sim/clock"
+}
+
 start_sim_and_serve() {
   local bin=$1 connections=$2 label=$3
   shift 3
-  "$bin" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" "${SIM_LIMITS[@]}" \
-    >"$OUT/sim-$label.log" 2>&1 &
-  sim_pid=$!
-  wait_http "http://$SIM_ADDR/_sim/clock"
+  : >"$OUT/sim-$label.log"
+  start_sim "$bin" "$OUT/sim-$label.log"
   token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
   serve_config "$bin" "$token" "$connections" >"$OUT/serve.toml"
   env CHARGEGUARD_DATABASE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$DB" CHARGEGUARD_PROVIDER__API_KEY="$SIM_API_KEY" \

@@ -226,16 +226,7 @@ log "starting the simulator on $SIM_ADDR and chargeguard on $GRPC_ADDR"
 # ~400 MB a row while the rows ran: its CPU per charge rose from 70 µs in the first row to
 # 105-119 µs in the side by side (run 32), a cost of the stand-in's ledger on the cores the
 # service shares, which pgbench never pays and Stripe never puts on ours (BENCHMARKS.md,
-# twenty-third round).
-start_sim() {
-  if [ -n "$sim_pid" ]; then
-    kill -TERM "$sim_pid"
-    wait "$sim_pid" || true
-  fi
-  "$BIN" stripe-sim --listen "$SIM_ADDR" --api-key "$SIM_API_KEY" "${SIM_LIMITS[@]}" >>"$OUT/sim.log" 2>&1 &
-  sim_pid=$!
-  wait_http "http://$SIM_ADDR/_sim/clock"
-}
+# twenty-third round). start_sim (bench/common.sh) stops the previous one first.
 
 token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
 serve_config "$BIN" "$token" "$CONCURRENCY" >"$OUT/serve.toml"
@@ -248,7 +239,7 @@ service_env=(
 start_service() { # log-name [extra VAR=value ...]
   local log_name=$1
   shift
-  start_sim
+  start_sim "$BIN" "$OUT/sim.log"
   env "${service_env[@]}" "$@" "$BIN" --config "$OUT/serve.toml" serve --no-migrate >"$OUT/$log_name.log" 2>&1 &
   serve_pid=$!
   wait_http "http://$HTTP_ADDR/readyz"

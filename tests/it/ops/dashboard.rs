@@ -9,6 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::alerts::{promtool_in, words_starting};
+use super::deploy::files_under;
 
 const DASHBOARD: &str = include_str!("../../../deploy/grafana/chargeguard.json");
 const ALERT_RULES: &str = include_str!("../../../deploy/prometheus/alerts.yml");
@@ -42,19 +43,11 @@ fn queries(dashboard: &Value) -> Vec<(String, String)> {
 /// other names (metadata keys) that no query would read.
 fn names_in_the_code() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    let mut directories = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
-    while let Some(directory) = directories.pop() {
-        for entry in std::fs::read_dir(&directory).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                directories.push(path);
-            } else if path.extension().is_some_and(|extension| extension == "rs") {
-                let source = std::fs::read_to_string(&path).unwrap();
-                for quoted in source.split('"').skip(1).step_by(2) {
-                    if quoted.starts_with("chargeguard_") && quoted.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
-                        names.insert(quoted.to_owned());
-                    }
-                }
+    for path in files_under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &["rs"]) {
+        let source = std::fs::read_to_string(&path).unwrap();
+        for quoted in source.split('"').skip(1).step_by(2) {
+            if quoted.starts_with("chargeguard_") && quoted.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                names.insert(quoted.to_owned());
             }
         }
     }

@@ -14,24 +14,26 @@ fn image() -> String {
     format!("chargeguard:{}", env!("CARGO_PKG_VERSION"))
 }
 
-fn yaml_files(dir: &Path, found: &mut Vec<PathBuf>) {
+/// Every file under `dir`, at any depth, whose extension is one of `extensions`.
+pub(super) fn files_under(dir: &Path, extensions: &[&str]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            yaml_files(&path, found);
+            found.extend(files_under(&path, extensions));
         } else if path
             .extension()
-            .is_some_and(|ext| ext == "yaml" || ext == "yml")
+            .is_some_and(|ext| extensions.iter().any(|wanted| ext == *wanted))
         {
             found.push(path);
         }
     }
+    found
 }
 
 /// Every document of every YAML file under deploy/, with the file it came from.
 fn documents() -> Vec<(PathBuf, Yaml)> {
-    let mut files = Vec::new();
-    yaml_files(&Path::new(ROOT).join("deploy"), &mut files);
+    let files = files_under(&Path::new(ROOT).join("deploy"), &["yaml", "yml"]);
     assert!(!files.is_empty());
     files
         .into_iter()
